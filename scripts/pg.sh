@@ -34,8 +34,9 @@ umask 022
 unset PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGPASSWORD PGPASSFILE \
     PGSERVICE PGSERVICEFILE PGOPTIONS PGDATA PGSSLMODE PGTARGETSESSIONATTRS
 
-readonly SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
-readonly REPO_ROOT="$(dirname -- "$SCRIPT_DIR")"
+SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
+REPO_ROOT="$(dirname -- "$SCRIPT_DIR")"
+readonly SCRIPT_DIR REPO_ROOT
 readonly PORT="${MEMORIA_PG_PORT:-55432}"
 readonly DB_NAME=memoria
 readonly SUPERUSER=postgres
@@ -80,8 +81,9 @@ export_lines() {
 }
 
 check_port() {
-    [[ $PORT =~ ^[0-9]+$ ]] && ((PORT >= 1 && PORT <= 65535)) ||
+    if ! [[ $PORT =~ ^[1-9][0-9]{0,4}$ ]] || ((PORT > 65535)); then
         die "MEMORIA_PG_PORT must be a port number, got '$PORT'"
+    fi
 }
 
 # Highest-versioned Debian server install. `pg_config --bindir` is not used:
@@ -119,7 +121,7 @@ ensure_binaries() {
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
         if BINDIR="$(find_bindir)"; then return 0; fi
     fi
-    die "no PostgreSQL server binaries (/usr/lib/postgresql/*/bin/initdb).${is_root:+} Install them with: sudo apt-get install postgresql"
+    die "no PostgreSQL server binaries (/usr/lib/postgresql/*/bin/initdb); install them with: sudo apt-get install postgresql"
 }
 
 # Can the server user reach (traverse) DIR, or, if DIR does not exist yet, its
@@ -133,55 +135,59 @@ server_can_reach() {
 }
 
 # Decide BASE/DATA/RUN/LOG. Every command computes the same answer, so `stop`
-# and `status` find what `start` created.
+# and `status` find what `start` created. BASE is left empty when there can be
+# no cluster at all (root, but PostgreSQL was never installed).
 resolve_layout() {
     BASE="$(realpath -m -- "${MEMORIA_PG_DIR:-$REPO_ROOT/.pg}")"
+    BASE_IN_TMP=0
     if is_root && ! getent passwd postgres >/dev/null; then
-        # Only `start` installs the package; the others just report.
-        [[ ${1:-} == start ]] || { BASE=""; return 0; }
-    elif ! server_can_reach "$BASE"; then
+        BASE=""
+        return 0
+    fi
+    if ! server_can_reach "$BASE"; then
         # The server user cannot get through some parent of BASE. We do not
-        # loosen permissions on directories that are not ours; a private dir
-        # under /tmp (named by port, so every command finds it) avoids that.
+        # loosen permissions on directories that are not ours; a dir under
+        # /tmp (named by port, so every command finds it) avoids that.
         local fallback="/tmp/memoria-pg-$PORT"
-        [[ ${1:-} == start ]] &&
+        [[ ${1:-} != start ]] ||
             log "user postgres cannot reach $BASE; using $fallback instead"
         BASE="$fallback"
+        BASE_IN_TMP=1
     fi
     DATA="$BASE/data"
     RUN="$BASE/run"
     LOG="$BASE/server.log"
 }
 
-# Create DIR (mode MODE, owned by OWNER) unless it exists. With STRICT=1 (dirs
-# in world-writable /tmp) an existing DIR must be a real directory already
-# owned by OWNER, so that nobody can plant one for us to use.
+# Create DIR (MODE, owned by OWNER) unless it exists, then insist that it is a
+# real directory owned by OWNER: in world-writable /tmp nobody may plant one
+# for us, and a cluster made by another user cannot be started by this one.
 make_dir() {
-    local dir="$1" mode="$2" owner="$3" strict="${4:-0}"
-    if [[ ! -e $dir && ! -L $dir ]]; then
-        if ((strict)); then mkdir -m "$mode" -- "$dir"; else mkdir -p -m "$mode" -- "$dir"; fi
+    local dir="$1" mode="$2" owner="$3" actual
+    # mkdir may lose a race against a concurrent `start` (before the lock is
+    # taken); that is fine as long as the checks below pass.
+    if [[ ! -e $dir && ! -L $dir ]] && mkdir -m "$mode" -- "$dir" 2>/dev/null; then
         [[ $owner == "$(id -un)" ]] || chown -- "$owner:" "$dir"
     fi
-    [[ -d $dir && ! -L $dir ]] || ((!strict)) || die "$dir exists and is not a plain directory"
-    [[ -d $dir ]] || die "$dir exists and is not a directory"
-    local actual
+    [[ -d $dir && ! -L $dir ]] || die "cannot create directory $dir (or it is not a plain directory)"
     actual="$(stat -c %U -- "$dir")"
-    if [[ $actual != "$owner" ]] && { ((strict)) || [[ $dir == "$DATA" || $dir == "$RUN" ]]; }; then
-        die "$dir is owned by '$actual', expected '$owner'; remove it (it is throwaway) and retry"
-    fi
+    [[ $actual == "$owner" ]] ||
+        die "$dir is owned by '$actual', not '$owner'; remove it (it is throwaway) and retry"
 }
 
 # Socket path = RUN/.s.PGSQL.PORT; unix socket paths are limited to 107 bytes
 # and postgres refuses longer ones. Keep well below; otherwise use /tmp.
-pick_socket_dir() {
+prepare_socket_dir() {
     local sock="$RUN/.s.PGSQL.$PORT"
     if ((${#sock} >= 100)); then
         local fallback
         fallback="/tmp/memoria-pg-$(id -u "$(server_user)")-$PORT"
         log "socket path under $RUN would be too long (${#sock} chars); using $fallback"
         RUN="$fallback"
-        make_dir "$RUN" 0700 "$(server_user)" 1
     fi
+    # 0700: local socket connections are trusted, so only the server user
+    # (and root) may reach the socket.
+    make_dir "$RUN" 0700 "$(server_user)"
 }
 
 pg_running() {
@@ -211,13 +217,14 @@ init_cluster() {
     (umask 077 && printf '%s\n' "$pw" >"$BASE/superuser.password")
     pwtmp="$RUN/initdb.pw"
     (umask 077 && printf '%s\n' "$pw" >"$pwtmp")
-    is_root && chown -- postgres: "$pwtmp"
+    if is_root; then chown -- postgres: "$pwtmp"; fi
     # Socket connections are trusted (the socket dir is private to the server
     # user); TCP needs a password, which is what the tests use. C.UTF-8 gives
     # deterministic sorting on every Debian host without installing locales.
+    # --no-sync: nothing here needs to survive a power cut.
     if ! as_server "$BINDIR/initdb" -D "$DATA" -U "$SUPERUSER" --pwfile="$pwtmp" \
         --auth-local=trust --auth-host=scram-sha-256 \
-        --encoding=UTF8 --locale=C.UTF-8 --no-instructions; then
+        --encoding=UTF8 --locale=C.UTF-8 --no-sync; then
         rm -f -- "$pwtmp"
         die "initdb failed"
     fi
@@ -234,7 +241,7 @@ start_server() {
     opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     opts+=" -c max_connections=200 -c shared_buffers=128MB"
     [[ -e $LOG ]] || : >"$LOG"
-    is_root && chown -- postgres: "$LOG"
+    if is_root; then chown -- postgres: "$LOG"; fi
     log "starting PostgreSQL ($BINDIR) on 127.0.0.1:$PORT, log in $LOG"
     # -W: do not wait here; wait_ready below has a bounded wait and shows
     # the log when the server fails.
@@ -253,7 +260,7 @@ wait_ready() {
     until as_server_test "$BINDIR/pg_isready" -q -h "$sockdir" -p "$port" -d postgres -U "$SUPERUSER"; do
         # If the postmaster has already exited there is nothing to wait for.
         as_server_test "$BINDIR/pg_ctl" status -D "$DATA" ||
-            fail_with_log "the server exited during startup"
+            fail_with_log "the server stopped before it was ready"
         ((SECONDS < deadline)) ||
             fail_with_log "the server was not ready after ${READY_TIMEOUT_S}s"
         sleep 0.2
@@ -295,20 +302,22 @@ SQL
 
 cmd_start() {
     check_port
-    resolve_layout start
     ensure_binaries
-    getent passwd postgres >/dev/null || ! is_root ||
-        die "the PostgreSQL package is installed but there is no 'postgres' user"
-    # The package may just have been installed: decide the layout again now
-    # that the postgres user exists.
+    ! is_root || getent passwd postgres >/dev/null ||
+        die "PostgreSQL is installed but there is no 'postgres' user to run it as"
     resolve_layout start
-    if [[ $BASE == /tmp/* ]]; then
-        make_dir "$BASE" 0755 "$(id -un)" 1
-    else
+    if ((BASE_IN_TMP)); then
         make_dir "$BASE" 0755 "$(id -un)"
+    else
+        # Inside the repo (or wherever MEMORIA_PG_DIR points): an ordinary
+        # directory of the caller's, which may be a symlink.
+        mkdir -p -- "$BASE"
     fi
     lock
 
+    # A cluster left by another user (say, a run without root) cannot be
+    # started by this one; make_dir says so plainly instead of pg_ctl.
+    if [[ -e $DATA ]]; then make_dir "$DATA" 0700 "$(server_user)"; fi
     if [[ -f $DATA/PG_VERSION ]]; then
         BINDIR="$(bindir_for_data)" ||
             die "$DATA was made by PostgreSQL $(<"$DATA/PG_VERSION"), which is not installed; delete $BASE and retry"
@@ -322,8 +331,7 @@ cmd_start() {
             die "the server in $DATA is running on port $port, not $PORT; run '$0 stop' first"
         log "already running on 127.0.0.1:$PORT"
     else
-        make_dir "$RUN" 0700 "$(server_user)"
-        pick_socket_dir
+        prepare_socket_dir
         [[ -f $DATA/PG_VERSION ]] || init_cluster
         start_server
         port="$PORT"
@@ -343,6 +351,11 @@ cmd_stop() {
         return 0
     fi
     lock
+    # Another `stop` may have won the race for the lock.
+    if ! pg_running; then
+        log "not running"
+        return 0
+    fi
     log "stopping the server in $DATA"
     as_server "$(bindir_for_data)/pg_ctl" stop -D "$DATA" -m fast -w
 }

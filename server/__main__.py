@@ -1,0 +1,103 @@
+"""The `memoria` command: `serve` the gRPC service, `migrate` a PostgreSQL schema."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from server.config import Settings
+
+log = logging.getLogger("memoria")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memoria", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the gRPC API (embedded default: no flags needed)")
+    serve.add_argument("--listen", help="HOST:PORT (default 127.0.0.1:50051; port 0 picks one)")
+    serve.add_argument("--data-dir", type=Path, help="embedded default's data directory")
+    serve.add_argument("--database-url", help="postgresql+psycopg://service-role@host/db")
+    serve.add_argument("--auth", choices=["auto", "jwt", "trusted-headers"])
+    serve.add_argument("--port-file", type=Path, help="write the bound port here once serving")
+    mig = sub.add_parser("migrate", help="bring a database schema to the newest revision")
+    mig.add_argument("--database-url", help="the schema owner's URL (default: the embedded one)")
+    mig.add_argument("--data-dir", type=Path)
+    mig.add_argument("--app-role", help="PostgreSQL service role to grant table access to")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {
+        key: value
+        for key in ("listen", "data_dir", "database_url", "auth")
+        if (value := getattr(args, key, None)) is not None
+    }
+    return Settings(**overrides)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    try:
+        settings = _settings(args)
+    except ValueError as error:  # pydantic's ValidationError is a ValueError
+        sys.exit(f"memoria: invalid configuration:\n{error}")
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its plugin chatter is not news
+    if args.command == "migrate":
+        _migrate(settings, args.app_role)
+    else:
+        _serve(settings, args.port_file)
+
+
+def _migrate(settings: Settings, app_role: str | None) -> None:
+    from server.storage import migrate
+    from server.storage.engine import create_store_engine, sqlite_url
+
+    url = (
+        settings.database_url.get_secret_value()
+        if settings.database_url
+        else sqlite_url(settings.data_dir)
+    )
+    if settings.database_url is None:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = create_store_engine(url, pool_size=1)
+    migrate.upgrade(engine, app_role=app_role)
+    engine.dispose()
+    log.info("schema is at the newest revision")
+
+
+def _serve(settings: Settings, port_file: Path | None) -> None:
+    from server.app import start
+
+    log.info("settings %s", settings.redacted())
+    running = start(settings)
+    log.info(
+        "serving memoria on port %d (auth=%s, store=%s)",
+        running.port,
+        settings.effective_auth,
+        "sqlite" if settings.embedded else "postgresql",
+    )
+    if port_file is not None:
+        port_file.write_text(str(running.port))
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: draining for up to %ss", signum, settings.shutdown_grace_seconds)
+        running.stop(settings.shutdown_grace_seconds)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    running.wait()
+    running.stop(0)
+    log.info("stopped")
+
+
+if __name__ == "__main__":
+    main()

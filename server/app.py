@@ -1,0 +1,160 @@
+"""Composition root: builds the stores, the domain services and the gRPC server, once."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from sqlalchemy import Engine
+
+from memoria.v1 import (
+    audit_service_pb2,
+    audit_service_pb2_grpc,
+    memory_block_service_pb2,
+    memory_block_service_pb2_grpc,
+)
+from server.config import Settings
+from server.domain.audit import AuditLog, PageTokens
+from server.domain.memory import MemoryBlocks
+from server.rpc.auth import (
+    Authenticator,
+    JwtAuthenticator,
+    JwtSettings,
+    TrustedHeaders,
+    load_jwks,
+)
+from server.rpc.interceptor import MemoriaInterceptor
+from server.rpc.servicers import AuditServicer, MemoryBlockServicer
+from server.storage import migrate
+from server.storage.engine import create_store_engine, sqlite_url
+from server.storage.sql import SqlMemoryStore
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    memory_block_service_pb2.DESCRIPTOR.services_by_name["MemoryBlockService"].full_name,
+    audit_service_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
+)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def build_engine(settings: Settings) -> Engine:
+    """The relational store: SQLite under the data dir (migrated now) or PostgreSQL."""
+    if settings.database_url is None:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        engine = create_store_engine(sqlite_url(settings.data_dir), pool_size=settings.db_pool_size)
+        migrate.upgrade(engine)
+        return engine
+    engine = create_store_engine(
+        settings.database_url.get_secret_value(), pool_size=settings.db_pool_size
+    )
+    if not migrate.is_current(engine):
+        raise SystemExit(
+            "the PostgreSQL schema is not at the newest revision: run "
+            "`memoria migrate --database-url <owner url> --app-role <service role>` first"
+        )
+    return engine
+
+
+def build_authenticator(settings: Settings) -> Authenticator:
+    if settings.effective_auth == "trusted-headers":
+        return TrustedHeaders(admin_role=settings.admin_role)
+    key: Any
+    algorithms: tuple[str, ...]
+    if settings.jwt_hs256_secret is not None:
+        key, algorithms = settings.jwt_hs256_secret.get_secret_value(), ("HS256",)
+    elif settings.jwt_public_key_file is not None:
+        key, algorithms = settings.jwt_public_key_file.read_text(), ("RS256", "ES256")
+    else:
+        assert settings.jwt_jwks_file is not None
+        key, algorithms = load_jwks(settings.jwt_jwks_file), ("RS256", "ES256")
+    return JwtAuthenticator(
+        JwtSettings(
+            algorithms=settings.jwt_algorithms or algorithms,
+            key=key,
+            audience=settings.jwt_audience,
+            issuer=settings.jwt_issuer,
+            tenant_claim=settings.jwt_tenant_claim,
+            principal_claim=settings.jwt_principal_claim,
+            roles_claim=settings.jwt_roles_claim,
+            admin_role=settings.admin_role,
+            leeway_seconds=settings.jwt_leeway_seconds,
+        )
+    )
+
+
+@dataclass
+class Running:
+    """A started server: its port, health servicer and what to close on stop."""
+
+    server: grpc.Server
+    port: int
+    health: health.HealthServicer
+    engine: Engine
+    _stopped: threading.Event
+
+    def stop(self, grace: float) -> None:
+        """Report NOT_SERVING, drain in-flight calls for up to `grace` seconds, close stores."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace).wait()
+        self.engine.dispose()
+
+    def wait(self) -> None:
+        self.server.wait_for_termination()
+
+
+def start(settings: Settings) -> Running:
+    """Build everything and start serving on `settings.listen`."""
+    engine = build_engine(settings)
+    store = SqlMemoryStore(engine)
+    secret = settings.page_token_secret
+    if secret is None:
+        log.warning(
+            "MEMORIA_PAGE_TOKEN_SECRET is not set: page tokens are valid for this process only"
+        )
+        token_key = secrets.token_bytes(32)
+    else:
+        token_key = secret.get_secret_value().encode()
+    blocks = MemoryBlocks(store, utc_now, char_limit=settings.char_limit)
+    audit = AuditLog(store, PageTokens(token_key))
+
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="rpc"),
+        interceptors=[MemoriaInterceptor(build_authenticator(settings))],
+        options=[
+            ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
+            ("grpc.max_send_message_length", settings.max_send_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ],
+        maximum_concurrent_rpcs=settings.threads * 64,
+    )
+    memory_block_service_pb2_grpc.add_MemoryBlockServiceServicer_to_server(
+        MemoryBlockServicer(blocks), server
+    )
+    audit_service_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(audit), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    port = server.add_insecure_port(settings.listen)
+    if port == 0:
+        raise SystemExit(f"cannot listen on {settings.listen}")
+    server.start()
+    for name in ("", *SERVICE_NAMES):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return Running(server, port, health_servicer, engine, threading.Event())

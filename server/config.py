@@ -1,0 +1,112 @@
+"""One frozen settings object, from environment variables (MEMORIA_*) and command-line flags.
+
+Validated at start and printed redacted. Flags given on the command line win over the
+environment; the environment wins over the defaults.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from server.domain.memory import DEFAULT_CHAR_LIMIT
+
+AuthMode = Literal["auto", "jwt", "trusted-headers"]
+
+
+def listen_host(listen: str) -> str:
+    """The host part of HOST:PORT ('[::1]:50051' -> '::1')."""
+    host, _, _ = listen.rpartition(":")
+    return host.strip("[]")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Settings(BaseSettings):
+    """Everything that configures a Memoria process."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMORIA_", frozen=True, extra="forbid")
+
+    listen: str = Field(
+        "127.0.0.1:50051", description="HOST:PORT to serve gRPC on; port 0 picks one"
+    )
+    data_dir: Path = Field(Path(".data"), description="embedded default's data directory")
+    database_url: SecretStr | None = Field(
+        None, description="postgresql+psycopg://... (service role); unset: SQLite in data_dir"
+    )
+    char_limit: int = Field(DEFAULT_CHAR_LIMIT, gt=0, le=1_000_000)
+
+    auth: AuthMode = Field(
+        "auto", description="auto: trusted-headers on loopback only, else jwt (must be set up)"
+    )
+    admin_role: str = "memoria-admin"
+    jwt_hs256_secret: SecretStr | None = None
+    jwt_public_key_file: Path | None = Field(None, description="PEM RSA or EC public key")
+    jwt_jwks_file: Path | None = None
+    jwt_algorithms: tuple[str, ...] = ()
+    jwt_audience: str | None = None
+    jwt_issuer: str | None = None
+    jwt_tenant_claim: str = "tenant"
+    jwt_principal_claim: str = "sub"
+    jwt_roles_claim: str = "roles"
+    jwt_leeway_seconds: float = Field(30, ge=0, le=300)
+
+    page_token_secret: SecretStr | None = Field(
+        None, description="signs page tokens; set the same value on every replica"
+    )
+    threads: int = Field(16, ge=1, le=256, description="gRPC worker threads")
+    db_pool_size: int = Field(16, ge=1, le=256)
+    max_receive_message_bytes: int = Field(1 << 20, ge=16 << 10)
+    max_send_message_bytes: int = Field(16 << 20, ge=1 << 20)
+    shutdown_grace_seconds: float = Field(10, ge=0, le=300)
+    log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if ":" not in self.listen or not self.listen.rpartition(":")[2].isdigit():
+            raise ValueError("listen must be HOST:PORT")
+        if self.effective_auth == "jwt" and not self.jwt_configured:
+            raise ValueError(
+                "jwt authentication needs MEMORIA_JWT_HS256_SECRET, MEMORIA_JWT_PUBLIC_KEY_FILE "
+                "or MEMORIA_JWT_JWKS_FILE (trusted-headers is the default only on loopback)"
+            )
+        keys = [self.jwt_hs256_secret, self.jwt_public_key_file, self.jwt_jwks_file]
+        if sum(k is not None for k in keys) > 1:
+            raise ValueError("configure exactly one JWT key source")
+        return self
+
+    @property
+    def jwt_configured(self) -> bool:
+        return any(
+            k is not None
+            for k in (self.jwt_hs256_secret, self.jwt_public_key_file, self.jwt_jwks_file)
+        )
+
+    @property
+    def effective_auth(self) -> Literal["jwt", "trusted-headers"]:
+        """auto means trusted-headers only when nothing outside this machine can connect."""
+        if self.auth != "auto":
+            return self.auth
+        return "trusted-headers" if is_loopback(listen_host(self.listen)) else "jwt"
+
+    @property
+    def embedded(self) -> bool:
+        return self.database_url is None
+
+    def redacted(self) -> str:
+        """The settings as JSON with secrets masked, for the start-up log."""
+        values = self.model_dump(mode="json")
+        values["effective_auth"] = self.effective_auth
+        return json.dumps(values, sort_keys=True)

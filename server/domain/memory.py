@@ -1,0 +1,261 @@
+"""The personal memory block: get, render, rewrite, delete, and the memory settings.
+
+Rules (DESIGN 2): one sanitizer and one count for every path; the only edit is a whole
+rewrite; empty and over-limit rewrites are refused, never truncated; an identical rewrite is a
+no-op; the model's writes are last-write-wins while a settings screen can send an etag; a
+stored block over a lowered limit is still shown whole; every change appends its audit event
+in the same transaction; deleted content is never kept.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from server.domain.errors import ErrorReason, FieldViolation, MemoriaError
+from server.domain.model import (
+    AuditAction,
+    Identity,
+    NewAuditEvent,
+    StoredBlock,
+    StoredSettings,
+    Writer,
+)
+from server.domain.ports import Clock, MemoryStore
+from server.domain.text import char_count, diff_lines, lines_of, sanitize, truncate_line
+
+DEFAULT_CHAR_LIMIT = 4000
+AUDIT_LINE_CHARS = 200
+"""Each changed line kept in the audit log is cut to this many code points."""
+
+
+@dataclass(frozen=True)
+class BlockView:
+    """A block as the API shows it: sanitized text, its count and the current limit."""
+
+    text: str
+    char_count: int
+    char_limit: int
+    etag: str
+    update_time: datetime | None
+
+    @property
+    def over_limit(self) -> bool:
+        return self.char_count > self.char_limit
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The prompt-ready section, empty when there is no block or memory is off."""
+
+    prompt_section: str
+    etag: str
+    char_count: int
+    char_limit: int
+
+
+@dataclass(frozen=True)
+class RewriteResult:
+    """The block after a rewrite and the lines it removed and added."""
+
+    block: BlockView
+    removed_lines: tuple[str, ...]
+    added_lines: tuple[str, ...]
+    changed: bool
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """Whether a block was removed, and how many lines it had."""
+
+    deleted: bool
+    removed_line_count: int
+
+
+@dataclass(frozen=True)
+class SettingsView:
+    """A principal's memory settings, defaults filled in."""
+
+    memory_enabled: bool
+    update_time: datetime | None
+
+
+def render_header(count: int, limit: int) -> str:
+    """The first line of the prompt section, e.g. 'Personal memory (1,234/4,000 characters)'."""
+    over = ", over the limit" if count > limit else ""
+    return f"Personal memory ({count:,}/{limit:,} characters{over})"
+
+
+def new_etag() -> str:
+    """A fresh opaque etag. Random, so a block deleted and written again never reuses one."""
+    return secrets.token_hex(8)
+
+
+class MemoryBlocks:
+    """The memory block operations for authenticated callers."""
+
+    def __init__(self, store: MemoryStore, clock: Clock, char_limit: int = DEFAULT_CHAR_LIMIT):
+        if char_limit <= 0:
+            raise ValueError("char_limit must be positive")
+        self._store = store
+        self._clock = clock
+        self._limit = char_limit
+
+    @property
+    def char_limit(self) -> int:
+        return self._limit
+
+    def _view(self, block: StoredBlock | None) -> BlockView:
+        if block is None:
+            return BlockView("", 0, self._limit, "", None)
+        # Sanitize on load too: rows written by other means (SQL, older versions) are cleaned
+        # before they can reach a prompt.
+        text = sanitize(block.text)
+        return BlockView(text, char_count(text), self._limit, block.etag, block.update_time)
+
+    def get(self, who: Identity) -> BlockView:
+        """The caller's block; an empty view when there is none (not an error)."""
+        with self._store.transaction(who.tenant_id) as tx:
+            memory = tx.load(who.principal_id)
+        return self._view(memory.block)
+
+    def render(self, who: Identity) -> Rendered:
+        """The section for the system prompt; empty with no block or with memory off."""
+        with self._store.transaction(who.tenant_id) as tx:
+            memory = tx.load(who.principal_id)
+        view = self._view(memory.block)
+        if not memory.memory_enabled or not view.text:
+            return Rendered("", "", 0, self._limit)
+        section = render_header(view.char_count, self._limit) + "\n" + view.text
+        return Rendered(section, view.etag, view.char_count, self._limit)
+
+    def rewrite(
+        self, who: Identity, text: str, writer: Writer, etag: str | None = None
+    ) -> RewriteResult:
+        """Replace the caller's whole block with `text`; see the module rules."""
+        new_text = sanitize(text)
+        count = char_count(new_text)
+        if count == 0:
+            raise MemoriaError(
+                ErrorReason.BLOCK_EMPTY,
+                "the block is empty after removing invisible characters and whitespace; "
+                "nothing was saved. To remove the whole block, call DeleteMemoryBlock.",
+                violations=(FieldViolation("text", "must not be empty"),),
+            )
+        if count > self._limit:
+            raise MemoriaError(
+                ErrorReason.BLOCK_TOO_LONG,
+                f"the block has {count:,} characters, over the limit of {self._limit:,}; "
+                "nothing was saved. Merge or remove lines and write the whole block again.",
+                metadata={"char_count": str(count), "char_limit": str(self._limit)},
+                violations=(
+                    FieldViolation(
+                        "text", f"has {count} characters; at most {self._limit} are allowed"
+                    ),
+                ),
+            )
+        with self._store.transaction(who.tenant_id, lock_principal=who.principal_id) as tx:
+            memory = tx.load(who.principal_id)
+            _check_etag(etag, memory.block)
+            if writer is Writer.MODEL and not memory.memory_enabled:
+                raise _memory_disabled()
+            old = self._view(memory.block)
+            if memory.block is not None and old.text == new_text:
+                return RewriteResult(old, (), (), changed=False)
+            now = self._clock()
+            stored = StoredBlock(text=new_text, etag=new_etag(), update_time=now)
+            tx.put_block(who.principal_id, stored)
+            diff = diff_lines(old.text, new_text)
+            tx.append_audit(
+                NewAuditEvent(
+                    principal_id=who.principal_id,
+                    action=AuditAction.BLOCK_REWRITTEN,
+                    writer=writer,
+                    create_time=now,
+                    removed_lines=tuple(truncate_line(x, AUDIT_LINE_CHARS) for x in diff.removed),
+                    added_lines=tuple(truncate_line(x, AUDIT_LINE_CHARS) for x in diff.added),
+                    removed_line_count=len(diff.removed),
+                    added_line_count=len(diff.added),
+                    char_count=count,
+                )
+            )
+        return RewriteResult(self._view(stored), diff.removed, diff.added, changed=True)
+
+    def delete(self, who: Identity, writer: Writer, etag: str | None = None) -> DeleteResult:
+        """Remove the caller's whole block; the audit keeps only the number of lines."""
+        with self._store.transaction(who.tenant_id, lock_principal=who.principal_id) as tx:
+            memory = tx.load(who.principal_id)
+            _check_etag(etag, memory.block)
+            if writer is Writer.MODEL and not memory.memory_enabled:
+                raise _memory_disabled()
+            if memory.block is None:
+                return DeleteResult(deleted=False, removed_line_count=0)
+            removed = len(lines_of(sanitize(memory.block.text)))
+            tx.delete_block(who.principal_id)
+            tx.append_audit(
+                NewAuditEvent(
+                    principal_id=who.principal_id,
+                    action=AuditAction.BLOCK_DELETED,
+                    writer=writer,
+                    create_time=self._clock(),
+                    removed_line_count=removed,
+                )
+            )
+        return DeleteResult(deleted=True, removed_line_count=removed)
+
+    def settings(self, who: Identity) -> SettingsView:
+        """The caller's memory settings (memory is on unless turned off)."""
+        with self._store.transaction(who.tenant_id) as tx:
+            memory = tx.load(who.principal_id)
+        return _settings_view(memory.settings)
+
+    def update_settings(
+        self, who: Identity, writer: Writer, memory_enabled: bool | None
+    ) -> SettingsView:
+        """Change the given settings; an update that changes nothing is not audited."""
+        with self._store.transaction(who.tenant_id, lock_principal=who.principal_id) as tx:
+            current = tx.load(who.principal_id)
+            if memory_enabled is None or memory_enabled == current.memory_enabled:
+                return _settings_view(current.settings)
+            now = self._clock()
+            stored = StoredSettings(memory_enabled=memory_enabled, update_time=now)
+            tx.put_settings(who.principal_id, stored)
+            tx.append_audit(
+                NewAuditEvent(
+                    principal_id=who.principal_id,
+                    action=AuditAction.SETTINGS_UPDATED,
+                    writer=writer,
+                    create_time=now,
+                    memory_enabled=memory_enabled,
+                )
+            )
+        return _settings_view(stored)
+
+
+def _settings_view(settings: StoredSettings | None) -> SettingsView:
+    if settings is None:
+        return SettingsView(memory_enabled=True, update_time=None)
+    return SettingsView(settings.memory_enabled, settings.update_time)
+
+
+def _check_etag(etag: str | None, block: StoredBlock | None) -> None:
+    """A conditional write must name the current version; "" names "no block"."""
+    if etag is None:
+        return
+    current = block.etag if block is not None else ""
+    if etag != current:
+        raise MemoriaError(
+            ErrorReason.ETAG_MISMATCH,
+            "the block changed since it was read; nothing was saved. Load the current block "
+            "and apply the change again, or write without an etag to overwrite it.",
+            metadata={"current_etag": current},
+        )
+
+
+def _memory_disabled() -> MemoriaError:
+    return MemoriaError(
+        ErrorReason.MEMORY_DISABLED,
+        "the person has turned memory off, so the model may not change it; "
+        "the person can still edit it in their settings.",
+    )

@@ -1,0 +1,95 @@
+"""Domain values: who calls, what is stored, what an audit event records."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The authenticated caller. Every operation is scoped to its tenant and principal."""
+
+    tenant_id: str
+    principal_id: str
+    is_tenant_admin: bool = False
+
+
+class Writer(enum.Enum):
+    """Who makes a change; stored in the audit log by value."""
+
+    MODEL = "model"
+    USER = "user"
+
+
+class AuditAction(enum.Enum):
+    """What an audit event records; stored by value."""
+
+    BLOCK_REWRITTEN = "block_rewritten"
+    BLOCK_DELETED = "block_deleted"
+    SETTINGS_UPDATED = "settings_updated"
+
+
+@dataclass(frozen=True)
+class StoredBlock:
+    """A block row as the store holds it. `text` is re-sanitized on load by the domain."""
+
+    text: str
+    etag: str
+    update_time: datetime
+
+
+@dataclass(frozen=True)
+class StoredSettings:
+    """A settings row; a principal without one has the defaults."""
+
+    memory_enabled: bool
+    update_time: datetime
+
+
+@dataclass(frozen=True)
+class PrincipalMemory:
+    """Everything stored for one principal that the block operations need, read together."""
+
+    block: StoredBlock | None
+    settings: StoredSettings | None
+
+    @property
+    def memory_enabled(self) -> bool:
+        return self.settings is None or self.settings.memory_enabled
+
+
+@dataclass(frozen=True)
+class NewAuditEvent:
+    """An audit event to append. Holds changed lines (already truncated) or counts only."""
+
+    principal_id: str
+    action: AuditAction
+    writer: Writer
+    create_time: datetime
+    removed_lines: tuple[str, ...] = ()
+    added_lines: tuple[str, ...] = ()
+    removed_line_count: int = 0
+    added_line_count: int = 0
+    char_count: int = 0
+    memory_enabled: bool | None = None
+
+
+@dataclass(frozen=True)
+class AuditEvent(NewAuditEvent):
+    """An appended audit event with its store-assigned, increasing id."""
+
+    event_id: int = 0
+
+
+@dataclass(frozen=True)
+class AuditQuery:
+    """Which audit events to read: one tenant, one principal or all (None), newest first."""
+
+    principal_id: str | None
+    actions: frozenset[AuditAction] = field(default_factory=frozenset)
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    before_event_id: int | None = None
+    limit: int = 50

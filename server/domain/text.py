@@ -1,0 +1,106 @@
+"""The one sanitizer, the one character count and the one line diff of a memory block.
+
+The block is the only path by which text the model read elsewhere reaches the system prompt,
+so every path (write, load, render, the limit check, the header, the API's counts) goes through
+`sanitize` and `char_count` here. The shared vectors in tests/vectors/char_count.json pin the
+behaviour for clients in other languages.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from dataclasses import dataclass
+
+# The Unicode database is pinned by the unicodedata2 package rather than taken from whichever
+# Python runs the server (3.11 ships Unicode 14, whose Cf set lacks characters that Go, Node and
+# newer Pythons already remove), so server and clients agree on what is invisible.
+import unicodedata2 as unicodedata
+
+
+def _invisible_class() -> re.Pattern[str]:
+    """A regex matching every Cf code point and every Cc one except newline and tab.
+
+    Built once from this Python's Unicode database, so the per-call work is a single C-level
+    `re.sub` instead of a Python loop over each character (the render path is hot).
+    """
+    ranges: list[str] = []
+    start = -1
+    for cp in range(sys.maxunicode + 1):
+        ch = chr(cp)
+        cat = unicodedata.category(ch)
+        remove = cat == "Cf" or (cat == "Cc" and ch not in "\n\t")
+        if remove and start < 0:
+            start = cp
+        elif not remove and start >= 0:
+            ranges.append(_range(start, cp - 1))
+            start = -1
+    if start >= 0:
+        ranges.append(_range(start, sys.maxunicode))
+    return re.compile("[" + "".join(ranges) + "]+")
+
+
+def _range(first: int, last: int) -> str:
+    if first == last:
+        return re.escape(chr(first))
+    return f"{re.escape(chr(first))}-{re.escape(chr(last))}"
+
+
+_INVISIBLE = _invisible_class()
+
+
+def sanitize(text: str) -> str:
+    """Return `text` as it may reach the prompt: the only form Memoria stores or shows.
+
+    Line endings become `\\n`; format characters (Unicode Cf: zero-width, bidi controls, tag
+    characters, BOM, soft hyphen) and control characters other than newline and tab are
+    removed; the result is NFC and has no leading or trailing whitespace. Idempotent.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _INVISIBLE.sub("", text)
+    if not text.isascii():  # ASCII is already NFC; skip the call on the common case
+        text = unicodedata.normalize("NFC", text)
+    return text.strip()
+
+
+def char_count(text: str) -> int:
+    """The character count of a block: Unicode code points of the sanitized, stripped text.
+
+    The limit check, the rendered header and the counts the API reports all call this.
+    """
+    return len(sanitize(text))
+
+
+def lines_of(text: str) -> list[str]:
+    """The lines of a sanitized block; an empty block has none."""
+    return text.split("\n") if text else []
+
+
+@dataclass(frozen=True)
+class LineDiff:
+    """The lines one rewrite removed from the old block and added to the new, each in order."""
+
+    removed: tuple[str, ...]
+    added: tuple[str, ...]
+
+
+def diff_lines(old: str, new: str) -> LineDiff:
+    """Line diff of two sanitized blocks (difflib's longest matching subsequence)."""
+    old_lines, new_lines = lines_of(old), lines_of(new)
+    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+    removed: list[str] = []
+    added: list[str] = []
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op in ("replace", "delete"):
+            removed.extend(old_lines[i1:i2])
+        if op in ("replace", "insert"):
+            added.extend(new_lines[j1:j2])
+    return LineDiff(removed=tuple(removed), added=tuple(added))
+
+
+def truncate_line(line: str, limit: int) -> str:
+    """Cut a line to at most `limit` code points for the audit log, marking the cut with '…'."""
+    if len(line) <= limit:
+        return line
+    return line[: limit - 1] + "…"

@@ -1,0 +1,1 @@
+"""Transport: gRPC servicers, message conversion, the error-to-status table, authentication."""

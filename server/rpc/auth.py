@@ -1,0 +1,127 @@
+"""Who is calling: one pluggable authenticator reads the identity from call metadata.
+
+`jwt` verifies a bearer token (HS256 secret, or RS256/ES256 public key or JWKS file) with
+PyJWT; `trusted-headers` trusts a service mesh that already authenticated the caller and set
+`x-memoria-tenant` / `x-memoria-principal` (and optionally `x-memoria-roles`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import jwt
+
+from server.domain.errors import ErrorReason, MemoriaError
+from server.domain.model import Identity
+
+TENANT_HEADER = "x-memoria-tenant"
+PRINCIPAL_HEADER = "x-memoria-principal"
+ROLES_HEADER = "x-memoria-roles"
+MAX_ID_LENGTH = 256
+
+
+class Authenticator(Protocol):
+    """Turns call metadata into an Identity or raises UNAUTHENTICATED."""
+
+    def authenticate(self, metadata: Mapping[str, str]) -> Identity: ...
+
+
+def unauthenticated(why: str) -> MemoriaError:
+    return MemoriaError(ErrorReason.UNAUTHENTICATED, f"unauthenticated: {why}")
+
+
+def checked_id(value: object, what: str) -> str:
+    """A tenant or principal id must be a non-empty printable string of at most 256 chars."""
+    if not isinstance(value, str) or not value:
+        raise unauthenticated(f"no {what} in the credentials")
+    if len(value) > MAX_ID_LENGTH or not value.isprintable():
+        raise unauthenticated(f"the {what} id is not a printable string of at most 256 chars")
+    return value
+
+
+def _roles(value: object) -> frozenset[str]:
+    """Roles from a claim or header: a list of strings, or one space/comma separated string."""
+    if isinstance(value, str):
+        return frozenset(r for r in value.replace(",", " ").split() if r)
+    if isinstance(value, list):
+        return frozenset(r for r in value if isinstance(r, str))
+    return frozenset()
+
+
+@dataclass(frozen=True)
+class TrustedHeaders:
+    """Identity set by a trusted proxy (Envoy/Istio) in metadata headers."""
+
+    admin_role: str
+
+    def authenticate(self, metadata: Mapping[str, str]) -> Identity:
+        tenant = checked_id(metadata.get(TENANT_HEADER), "tenant")
+        principal = checked_id(metadata.get(PRINCIPAL_HEADER), "principal")
+        admin = self.admin_role in _roles(metadata.get(ROLES_HEADER, ""))
+        return Identity(tenant, principal, is_tenant_admin=admin)
+
+
+@dataclass(frozen=True)
+class JwtSettings:
+    """How bearer tokens are verified and where identity claims are read."""
+
+    algorithms: Sequence[str]
+    key: Any  # str secret, PEM public key, or a PyJWKSet
+    audience: str | None
+    issuer: str | None
+    tenant_claim: str
+    principal_claim: str
+    roles_claim: str
+    admin_role: str
+    leeway_seconds: float
+
+
+def load_jwks(path: Path) -> jwt.PyJWKSet:
+    """A JWKS file (RS256/ES256 public keys) read once at start."""
+    return jwt.PyJWKSet.from_dict(json.loads(path.read_text()))
+
+
+class JwtAuthenticator:
+    """Verifies `authorization: Bearer <jwt>`: signature, exp, nbf, aud and iss."""
+
+    def __init__(self, settings: JwtSettings):
+        self._s = settings
+
+    def _key(self, token: str) -> Any:
+        if not isinstance(self._s.key, jwt.PyJWKSet):
+            return self._s.key
+        kid = jwt.get_unverified_header(token).get("kid")
+        for jwk in self._s.key.keys:
+            if kid is None or jwk.key_id == kid:
+                return jwk.key
+        raise unauthenticated("no key in the JWKS matches the token's kid")
+
+    def authenticate(self, metadata: Mapping[str, str]) -> Identity:
+        header = metadata.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise unauthenticated("expected 'authorization: Bearer <token>'")
+        token = token.strip()
+        required = (
+            ["exp"] + (["aud"] if self._s.audience else []) + (["iss"] if self._s.issuer else [])
+        )
+        try:
+            claims = jwt.decode(
+                token,
+                key=self._key(token),
+                algorithms=list(self._s.algorithms),
+                audience=self._s.audience,
+                issuer=self._s.issuer,
+                leeway=self._s.leeway_seconds,
+                options={"require": required},
+            )
+        except jwt.PyJWTError as error:
+            raise unauthenticated(f"invalid token ({type(error).__name__})") from None
+        tenant = checked_id(claims.get(self._s.tenant_claim), "tenant")
+        principal = checked_id(claims.get(self._s.principal_claim), "principal")
+        admin = self._s.admin_role in _roles(claims.get(self._s.roles_claim))
+        return Identity(tenant, principal, is_tenant_admin=admin)

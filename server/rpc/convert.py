@@ -1,0 +1,110 @@
+"""Conversion between contract messages and domain values, with field validation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from memoria.v1 import audit_service_pb2 as audit_pb
+from memoria.v1 import memory_block_pb2 as block_pb
+from server.domain.audit import AuditRequest
+from server.domain.errors import FieldViolation, invalid
+from server.domain.memory import BlockView, SettingsView
+from server.domain.model import AuditAction, AuditEvent, Writer
+
+_WRITERS: dict[block_pb.Writer.ValueType, Writer] = {
+    block_pb.WRITER_MODEL: Writer.MODEL,
+    block_pb.WRITER_USER: Writer.USER,
+}
+_WRITER_PB: dict[Writer, block_pb.Writer.ValueType] = {v: k for k, v in _WRITERS.items()}
+_ACTIONS: dict[audit_pb.AuditAction.ValueType, AuditAction] = {
+    audit_pb.AUDIT_ACTION_BLOCK_REWRITTEN: AuditAction.BLOCK_REWRITTEN,
+    audit_pb.AUDIT_ACTION_BLOCK_DELETED: AuditAction.BLOCK_DELETED,
+    audit_pb.AUDIT_ACTION_SETTINGS_UPDATED: AuditAction.SETTINGS_UPDATED,
+}
+_ACTION_PB: dict[AuditAction, audit_pb.AuditAction.ValueType] = {v: k for k, v in _ACTIONS.items()}
+
+
+def writer_of(value: block_pb.Writer.ValueType, field: str = "writer") -> Writer:
+    """The domain writer; WRITER_UNSPECIFIED (or an unknown number) is an invalid field."""
+    writer = _WRITERS.get(value)
+    if writer is None:
+        raise invalid(FieldViolation(field, "required: WRITER_MODEL or WRITER_USER"))
+    return writer
+
+
+def timestamp(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    ts = Timestamp()
+    ts.FromDatetime(value.astimezone(UTC))
+    return ts
+
+
+def block_message(view: BlockView) -> block_pb.MemoryBlock:
+    return block_pb.MemoryBlock(
+        text=view.text,
+        char_count=view.char_count,
+        char_limit=view.char_limit,
+        etag=view.etag,
+        update_time=timestamp(view.update_time),
+    )
+
+
+def settings_message(view: SettingsView) -> block_pb.MemorySettings:
+    return block_pb.MemorySettings(
+        memory_enabled=view.memory_enabled, update_time=timestamp(view.update_time)
+    )
+
+
+def audit_request(msg: audit_pb.ListAuditEventsRequest) -> AuditRequest:
+    violations: list[FieldViolation] = []
+    actions: set[AuditAction] = set()
+    for i, value in enumerate(msg.actions):
+        action = _ACTIONS.get(value)
+        if action is None:
+            violations.append(FieldViolation(f"actions[{i}]", "unknown or unspecified action"))
+        else:
+            actions.add(action)
+    if violations:
+        raise invalid(*violations)
+    return AuditRequest(
+        page_size=msg.page_size,
+        page_token=msg.page_token,
+        principal_id=msg.principal_id,
+        actions=frozenset(actions),
+        start_time=_time(msg, "start_time"),
+        end_time=_time(msg, "end_time"),
+    )
+
+
+def _time(
+    msg: audit_pb.ListAuditEventsRequest, field: Literal["start_time", "end_time"]
+) -> datetime | None:
+    if not msg.HasField(field):
+        return None
+    ts: Timestamp = getattr(msg, field)
+    try:
+        return ts.ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        raise invalid(FieldViolation(field, "not a valid timestamp")) from None
+
+
+def audit_event_message(event: AuditEvent) -> audit_pb.AuditEvent:
+    msg = audit_pb.AuditEvent(
+        event_id=str(event.event_id),
+        action=_ACTION_PB[event.action],
+        writer=_WRITER_PB[event.writer],
+        principal_id=event.principal_id,
+        create_time=timestamp(event.create_time),
+        removed_lines=event.removed_lines,
+        added_lines=event.added_lines,
+        removed_line_count=event.removed_line_count,
+        added_line_count=event.added_line_count,
+        char_count=event.char_count,
+    )
+    if event.memory_enabled is not None:
+        msg.memory_enabled = event.memory_enabled
+    return msg

@@ -1,0 +1,80 @@
+"""The one table from domain errors to gRPC statuses with google.rpc details.
+
+Every error carries an ErrorInfo (reason = the contract's ErrorReason value name, domain
+"memoria.v1"); invalid fields add a BadRequest. Unexpected exceptions become INTERNAL with a
+generic message and a trace id that points to the server log, never the exception text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from memoria.v1 import error_reason_pb2
+from server.domain.errors import ErrorReason, MemoriaError
+
+ERROR_DOMAIN = "memoria.v1"
+
+STATUS_OF: Mapping[ErrorReason, grpc.StatusCode] = {
+    ErrorReason.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    ErrorReason.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorReason.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorReason.BLOCK_EMPTY: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorReason.BLOCK_TOO_LONG: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorReason.ETAG_MISMATCH: grpc.StatusCode.ABORTED,
+    ErrorReason.MEMORY_DISABLED: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorReason.INVALID_PAGE_TOKEN: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorReason.STORE_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorReason.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+
+
+def reason_name(reason: ErrorReason) -> str:
+    """The contract's value name for a domain reason, e.g. 'ERROR_REASON_BLOCK_TOO_LONG'."""
+    name = f"ERROR_REASON_{reason.name}"
+    error_reason_pb2.ErrorReason.Value(name)  # fails loudly if the contract lacks it
+    return name
+
+
+def to_status(error: MemoriaError) -> grpc.Status:
+    """The gRPC status, with ErrorInfo and (for field errors) BadRequest details."""
+    code = STATUS_OF[error.reason]
+    info = error_details_pb2.ErrorInfo(
+        reason=reason_name(error.reason), domain=ERROR_DOMAIN, metadata=error.metadata
+    )
+    details = [_pack(info)]
+    if error.violations:
+        bad = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(
+                    field=v.field, description=v.description
+                )
+                for v in error.violations
+            ]
+        )
+        details.append(_pack(bad))
+    status = status_pb2.Status(
+        code=getattr(code_pb2, code.name), message=error.message, details=details
+    )
+    return rpc_status.to_status(status)
+
+
+def internal_status(trace_id: str) -> grpc.Status:
+    """A generic INTERNAL status that names only the trace id to look up in the log."""
+    return to_status(
+        MemoriaError(
+            ErrorReason.INTERNAL,
+            f"internal error; reference {trace_id}",
+            metadata={"trace_id": trace_id},
+        )
+    )
+
+
+def _pack(message: error_details_pb2.ErrorInfo | error_details_pb2.BadRequest) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed

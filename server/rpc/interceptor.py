@@ -1,0 +1,88 @@
+"""The one server interceptor: authenticate every Memoria call, then map its errors.
+
+Authentication runs before any handler, so a call without a confirmed identity touches no
+store. The identity reaches the servicer through a context variable that lives only for the
+call (gRPC runs each unary call on one pool thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+import grpc
+
+from server.domain.errors import MemoriaError
+from server.domain.model import Identity
+from server.rpc.auth import Authenticator, unauthenticated
+from server.rpc.errors import internal_status, to_status
+
+log = logging.getLogger(__name__)
+
+_identity: ContextVar[Identity] = ContextVar("memoria_identity")
+
+MEMORIA_PREFIX = "/memoria."
+"""Only Memoria's own services are authenticated; health and reflection stay open."""
+
+
+def current_identity() -> Identity:
+    """The identity of the call being served (set by the interceptor before the handler)."""
+    return _identity.get()
+
+
+Behavior = Callable[[Any, grpc.ServicerContext], Any]
+
+
+class MemoriaInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Authenticates Memoria calls and turns exceptions into statuses with details."""
+
+    def __init__(self, authenticator: Authenticator):
+        self._auth = authenticator
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or not method.startswith(MEMORIA_PREFIX) or not handler.unary_unary:
+            return handler
+        return grpc.unary_unary_rpc_method_handler(
+            self._wrap(handler.unary_unary, method),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _wrap(self, behavior: Behavior, method: str) -> Behavior:
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            try:
+                identity = self._auth.authenticate(_metadata(context))
+                token = _identity.set(identity)
+                try:
+                    return behavior(request, context)
+                finally:
+                    _identity.reset(token)
+            except MemoriaError as error:
+                context.abort_with_status(to_status(error))
+            except Exception:
+                trace_id = uuid.uuid4().hex
+                log.exception("unexpected error in %s (trace_id=%s)", method, trace_id)
+                context.abort_with_status(internal_status(trace_id))
+
+        return wrapped
+
+
+def _metadata(context: grpc.ServicerContext) -> dict[str, str]:
+    """Call metadata as a dict; a header sent twice with different values is refused."""
+    result: dict[str, str] = {}
+    for key, value in context.invocation_metadata():
+        if isinstance(value, bytes):
+            continue  # binary (-bin) headers never carry identity
+        if key in result and result[key] != value:
+            raise unauthenticated(f"header {key} was sent more than once")
+        result[key] = value
+    return result

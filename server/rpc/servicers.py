@@ -1,0 +1,101 @@
+"""gRPC servicers: convert the request, call one domain operation, convert the result.
+
+Errors are raised as domain errors and mapped to statuses by the interceptor; the identity
+comes from the interceptor too (never from a request field).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from memoria.v1 import audit_service_pb2 as audit_pb
+from memoria.v1 import audit_service_pb2_grpc as audit_grpc
+from memoria.v1 import memory_block_service_pb2 as pb
+from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
+from server.domain.audit import AuditLog
+from server.domain.memory import MemoryBlocks
+from server.rpc.convert import (
+    audit_event_message,
+    audit_request,
+    block_message,
+    settings_message,
+    writer_of,
+)
+from server.rpc.interceptor import current_identity
+
+
+class MemoryBlockServicer(pb_grpc.MemoryBlockServiceServicer):
+    """memoria.v1.MemoryBlockService."""
+
+    def __init__(self, blocks: MemoryBlocks):
+        self._blocks = blocks
+
+    def GetMemoryBlock(
+        self, request: pb.GetMemoryBlockRequest, context: grpc.ServicerContext
+    ) -> pb.GetMemoryBlockResponse:
+        view = self._blocks.get(current_identity())
+        return pb.GetMemoryBlockResponse(memory_block=block_message(view))
+
+    def RenderMemoryBlock(
+        self, request: pb.RenderMemoryBlockRequest, context: grpc.ServicerContext
+    ) -> pb.RenderMemoryBlockResponse:
+        r = self._blocks.render(current_identity())
+        return pb.RenderMemoryBlockResponse(
+            prompt_section=r.prompt_section,
+            etag=r.etag,
+            char_count=r.char_count,
+            char_limit=r.char_limit,
+        )
+
+    def RewriteMemoryBlock(
+        self, request: pb.RewriteMemoryBlockRequest, context: grpc.ServicerContext
+    ) -> pb.RewriteMemoryBlockResponse:
+        writer = writer_of(request.writer)
+        etag = request.etag if request.HasField("etag") else None
+        result = self._blocks.rewrite(current_identity(), request.text, writer, etag)
+        return pb.RewriteMemoryBlockResponse(
+            memory_block=block_message(result.block),
+            removed_lines=result.removed_lines,
+            added_lines=result.added_lines,
+            changed=result.changed,
+        )
+
+    def DeleteMemoryBlock(
+        self, request: pb.DeleteMemoryBlockRequest, context: grpc.ServicerContext
+    ) -> pb.DeleteMemoryBlockResponse:
+        writer = writer_of(request.writer)
+        etag = request.etag if request.HasField("etag") else None
+        result = self._blocks.delete(current_identity(), writer, etag)
+        return pb.DeleteMemoryBlockResponse(
+            deleted=result.deleted, removed_line_count=result.removed_line_count
+        )
+
+    def GetMemorySettings(
+        self, request: pb.GetMemorySettingsRequest, context: grpc.ServicerContext
+    ) -> pb.GetMemorySettingsResponse:
+        view = self._blocks.settings(current_identity())
+        return pb.GetMemorySettingsResponse(settings=settings_message(view))
+
+    def UpdateMemorySettings(
+        self, request: pb.UpdateMemorySettingsRequest, context: grpc.ServicerContext
+    ) -> pb.UpdateMemorySettingsResponse:
+        writer = writer_of(request.writer)
+        enabled = request.memory_enabled if request.HasField("memory_enabled") else None
+        view = self._blocks.update_settings(current_identity(), writer, enabled)
+        return pb.UpdateMemorySettingsResponse(settings=settings_message(view))
+
+
+class AuditServicer(audit_grpc.AuditServiceServicer):
+    """memoria.v1.AuditService."""
+
+    def __init__(self, audit: AuditLog):
+        self._audit = audit
+
+    def ListAuditEvents(
+        self, request: audit_pb.ListAuditEventsRequest, context: grpc.ServicerContext
+    ) -> audit_pb.ListAuditEventsResponse:
+        page = self._audit.list(current_identity(), audit_request(request))
+        return audit_pb.ListAuditEventsResponse(
+            events=[audit_event_message(e) for e in page.events],
+            next_page_token=page.next_page_token,
+        )

@@ -1,0 +1,1 @@
+"""Storage adapters: SQLAlchemy tables and repositories for SQLite and PostgreSQL, migrations."""

@@ -1,0 +1,107 @@
+"""SQLAlchemy engines for the two relational back ends: SQLite (embedded default) and PostgreSQL.
+
+The dialect-specific behaviour is all here: how a transaction begins, how a writer of one
+principal excludes the others, how a transaction is scoped to one tenant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+
+WRITE_OPTION = "memoria_write"
+"""Connection execution option that marks a transaction which will write."""
+
+STATEMENT_TIMEOUT_MS = 15_000
+"""PostgreSQL: no statement (or lock wait) runs longer than this; the call then fails fast."""
+
+
+def sqlite_url(data_dir: Path) -> str:
+    """The embedded default's database file under the data directory."""
+    return f"sqlite:///{data_dir / 'memoria.sqlite3'}"
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def create_store_engine(url: str, *, pool_size: int = 8) -> Engine:
+    """An engine for `url` tuned for the service: SQLite in WAL mode or PostgreSQL via psycopg 3."""
+    if is_sqlite(url):
+        return _sqlite_engine(url, pool_size)
+    if make_url(url).get_backend_name() != "postgresql":
+        raise ValueError("database URL must be sqlite:/// or postgresql+psycopg://")
+    return _postgres_engine(url, pool_size)
+
+
+def _sqlite_engine(url: str, pool_size: int) -> Engine:
+    engine = create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        connect_args={"check_same_thread": False, "timeout": 30},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event below emit BEGIN itself (pysqlite's own is deferred).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")  # readers never wait for the writer
+        cursor.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # A writer takes SQLite's write lock up front, so two writers of one principal cannot
+        # both read the old state and then both write (the lock serializes them).
+        write = conn.get_execution_options().get(WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def _postgres_engine(url: str, pool_size: int) -> Engine:
+    engine = create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_timeout=10,
+        pool_recycle=1800,
+        connect_args={"connect_timeout": 5, "application_name": "memoria"},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+        dbapi_connection.commit()
+
+    return engine
+
+
+def begin_postgres_scope(conn: Connection, tenant_id: str, lock_principal: str | None) -> None:
+    """Scope a PostgreSQL transaction to one tenant (RLS) and optionally lock one principal.
+
+    `set_config(..., true)` lasts until the transaction ends, so a pooled connection never
+    carries a tenant into the next transaction. The advisory lock exists even when the
+    principal has no row yet, which a row lock (SELECT ... FOR UPDATE) would not.
+    """
+    if lock_principal is None:
+        conn.execute(_SET_TENANT, {"tenant": tenant_id})
+    else:
+        conn.execute(
+            _SET_TENANT_AND_LOCK,
+            {"tenant": tenant_id, "key": f"{tenant_id}\x1f{lock_principal}"},
+        )
+
+
+_SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
+_SET_TENANT_AND_LOCK = text(
+    "SELECT set_config('app.tenant_id', :tenant, true), "
+    "pg_advisory_xact_lock(hashtextextended(:key, 0))"
+)

@@ -1,0 +1,74 @@
+"""The relational schema of blocks, settings and audit events (SQLAlchemy Core).
+
+Every table carries `tenant_id` first: on PostgreSQL row-level security restricts each
+transaction to one tenant, and Citus can shard by it. The Alembic migrations create exactly
+these tables; a test compares the two.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+ID = String(256)
+"""Tenant and principal ids: opaque strings from the caller's identity."""
+
+memory_blocks = Table(
+    "memory_blocks",
+    metadata,
+    Column("tenant_id", ID, nullable=False),
+    Column("principal_id", ID, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("etag", String(64), nullable=False),
+    Column("update_time", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "principal_id", name="memory_blocks_pkey"),
+)
+
+memory_settings = Table(
+    "memory_settings",
+    metadata,
+    Column("tenant_id", ID, nullable=False),
+    Column("principal_id", ID, nullable=False),
+    Column("memory_enabled", Boolean, nullable=False),
+    Column("update_time", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "principal_id", name="memory_settings_pkey"),
+)
+
+# SQLite gives INTEGER PRIMARY KEY columns their increasing rowid; PostgreSQL a bigint identity.
+EVENT_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("event_id", EVENT_ID, primary_key=True, autoincrement=True),
+    Column("tenant_id", ID, nullable=False),
+    Column("principal_id", ID, nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("writer", String(16), nullable=False),
+    Column("create_time", DateTime(timezone=True), nullable=False),
+    Column("removed_lines", JSON, nullable=False),
+    Column("added_lines", JSON, nullable=False),
+    Column("removed_line_count", Integer, nullable=False),
+    Column("added_line_count", Integer, nullable=False),
+    Column("char_count", Integer, nullable=False),
+    Column("memory_enabled", Boolean, nullable=True),
+    Index("audit_events_principal_idx", "tenant_id", "principal_id", "event_id"),
+    Index("audit_events_tenant_idx", "tenant_id", "event_id"),
+)
+
+TENANT_TABLES = ("memory_blocks", "memory_settings", "audit_events")
+"""Tables under row-level security on PostgreSQL."""
