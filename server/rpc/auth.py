@@ -94,10 +94,15 @@ class JwtAuthenticator:
     def _key(self, token: str) -> Any:
         if not isinstance(self._s.key, jwt.PyJWKSet):
             return self._s.key
+        keys = self._s.key.keys
         kid = jwt.get_unverified_header(token).get("kid")
-        for jwk in self._s.key.keys:
-            if kid is None or jwk.key_id == kid:
-                return jwk.key
+        if kid is None and len(keys) == 1:
+            return keys[0]
+        for jwk in keys:
+            if jwk.key_id == kid:
+                # The PyJWK itself, not its bare key: PyJWT then checks that the token's alg
+                # fits the key's type instead of failing inside the crypto library.
+                return jwk
         raise unauthenticated("no key in the JWKS matches the token's kid")
 
     def authenticate(self, metadata: Mapping[str, str]) -> Identity:

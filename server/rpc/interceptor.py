@@ -41,21 +41,29 @@ class MemoriaInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
     def __init__(self, authenticator: Authenticator):
         self._auth = authenticator
+        # Wrapped handlers by method: gRPC asks for a handler on every call, and building one
+        # per call showed up in the render path's profile.
+        self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
 
     def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = continuation(handler_call_details)
         method: str = handler_call_details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is not None:
+            return wrapped
+        handler = continuation(handler_call_details)
         if handler is None or not method.startswith(MEMORIA_PREFIX) or not handler.unary_unary:
             return handler
-        return grpc.unary_unary_rpc_method_handler(
+        wrapped = grpc.unary_unary_rpc_method_handler(
             self._wrap(handler.unary_unary, method),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+        self._wrapped[method] = wrapped
+        return wrapped
 
     def _wrap(self, behavior: Behavior, method: str) -> Behavior:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:

@@ -13,8 +13,20 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, delete, exc, insert, literal, select
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Row,
+    Table,
+    bindparam,
+    delete,
+    exc,
+    insert,
+    literal_column,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.elements import BindParameter
 
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.model import (
@@ -72,69 +84,100 @@ class SqlMemoryStore:
             ) from error
 
 
+# Statements are built once: constructing a SQLAlchemy statement costs more than running it
+# (measured: the render path went from ~580 to ~250 microseconds per call on PostgreSQL).
+_T: BindParameter[str] = bindparam("tenant_id")
+_P: BindParameter[str] = bindparam("principal_id")
+_b, _s = memory_blocks, memory_settings
+_LOAD = select(
+    _b.c.text, _b.c.etag, _b.c.update_time, _s.c.memory_enabled, _s.c.update_time
+).select_from(
+    select(literal_column("1").label("one"))
+    .subquery()
+    .outerjoin(_b, (_b.c.tenant_id == _T) & (_b.c.principal_id == _P))
+    .outerjoin(_s, (_s.c.tenant_id == _T) & (_s.c.principal_id == _P))
+)
+_DELETE_BLOCK = delete(_b).where(_b.c.tenant_id == _T, _b.c.principal_id == _P)
+_APPEND_AUDIT = insert(audit_events)
+
+
+def _upsert(dialect: Any, table: Table, columns: tuple[str, ...]) -> Any:
+    values: dict[str, BindParameter[Any]] = {
+        c: bindparam(c) for c in ("tenant_id", "principal_id", *columns)
+    }
+    stmt = dialect.insert(table).values(values)
+    return stmt.on_conflict_do_update(
+        index_elements=["tenant_id", "principal_id"],
+        set_={c: stmt.excluded[c] for c in columns},
+    )
+
+
+_BLOCK_COLUMNS = ("text", "etag", "update_time")
+_SETTINGS_COLUMNS = ("memory_enabled", "update_time")
+_UPSERTS = {
+    name: (_upsert(dialect, _b, _BLOCK_COLUMNS), _upsert(dialect, _s, _SETTINGS_COLUMNS))
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+
+
 class SqlMemoryTransaction:
     """`MemoryTransaction` on one connection inside one open transaction."""
 
     def __init__(self, conn: Connection, tenant_id: str, postgres: bool):
         self._conn = conn
         self._tenant = tenant_id
-        self._insert = postgresql.insert if postgres else sqlite.insert
+        self._put_block, self._put_settings = _UPSERTS["postgresql" if postgres else "sqlite"]
 
     def load(self, principal_id: str) -> PrincipalMemory:
-        b, s = memory_blocks, memory_settings
-        one = select(literal(1).label("one")).subquery()
         row = self._conn.execute(
-            select(
-                b.c.text, b.c.etag, b.c.update_time, s.c.memory_enabled, s.c.update_time
-            ).select_from(
-                one.outerjoin(
-                    b, (b.c.tenant_id == self._tenant) & (b.c.principal_id == principal_id)
-                ).outerjoin(s, (s.c.tenant_id == self._tenant) & (s.c.principal_id == principal_id))
-            )
+            _LOAD, {"tenant_id": self._tenant, "principal_id": principal_id}
         ).one()
         block = None if row[0] is None else StoredBlock(row[0], row[1], _utc(row[2]))
         settings = None if row[3] is None else StoredSettings(bool(row[3]), _utc(row[4]))
         return PrincipalMemory(block=block, settings=settings)
 
     def put_block(self, principal_id: str, block: StoredBlock) -> None:
-        values = {"text": block.text, "etag": block.etag, "update_time": block.update_time}
-        self._upsert(memory_blocks, principal_id, values)
+        self._conn.execute(
+            self._put_block,
+            {
+                "tenant_id": self._tenant,
+                "principal_id": principal_id,
+                "text": block.text,
+                "etag": block.etag,
+                "update_time": block.update_time,
+            },
+        )
 
     def delete_block(self, principal_id: str) -> None:
-        self._conn.execute(
-            delete(memory_blocks).where(
-                memory_blocks.c.tenant_id == self._tenant,
-                memory_blocks.c.principal_id == principal_id,
-            )
-        )
+        self._conn.execute(_DELETE_BLOCK, {"tenant_id": self._tenant, "principal_id": principal_id})
 
     def put_settings(self, principal_id: str, settings: StoredSettings) -> None:
-        values = {"memory_enabled": settings.memory_enabled, "update_time": settings.update_time}
-        self._upsert(memory_settings, principal_id, values)
-
-    def _upsert(self, table: Any, principal_id: str, values: dict[str, Any]) -> None:
-        stmt = self._insert(table).values(
-            tenant_id=self._tenant, principal_id=principal_id, **values
-        )
         self._conn.execute(
-            stmt.on_conflict_do_update(index_elements=["tenant_id", "principal_id"], set_=values)
+            self._put_settings,
+            {
+                "tenant_id": self._tenant,
+                "principal_id": principal_id,
+                "memory_enabled": settings.memory_enabled,
+                "update_time": settings.update_time,
+            },
         )
 
     def append_audit(self, event: NewAuditEvent) -> None:
         self._conn.execute(
-            insert(audit_events).values(
-                tenant_id=self._tenant,
-                principal_id=event.principal_id,
-                action=event.action.value,
-                writer=event.writer.value,
-                create_time=event.create_time,
-                removed_lines=list(event.removed_lines),
-                added_lines=list(event.added_lines),
-                removed_line_count=event.removed_line_count,
-                added_line_count=event.added_line_count,
-                char_count=event.char_count,
-                memory_enabled=event.memory_enabled,
-            )
+            _APPEND_AUDIT,
+            {
+                "tenant_id": self._tenant,
+                "principal_id": event.principal_id,
+                "action": event.action.value,
+                "writer": event.writer.value,
+                "create_time": event.create_time,
+                "removed_lines": list(event.removed_lines),
+                "added_lines": list(event.added_lines),
+                "removed_line_count": event.removed_line_count,
+                "added_line_count": event.added_line_count,
+                "char_count": event.char_count,
+                "memory_enabled": event.memory_enabled,
+            },
         )
 
     def list_audit(self, query: AuditQuery) -> list[AuditEvent]:

@@ -81,6 +81,8 @@ def upgrade(app_role: str | None = None) -> None:
         # Append-only for the service: no UPDATE, no DELETE on the audit log.
         op.execute(f"GRANT SELECT, INSERT ON audit_events TO {role}")
         op.execute(f"GRANT USAGE ON SEQUENCE audit_events_event_id_seq TO {role}")
+        # The server checks at start that the schema is current.
+        op.execute(f"GRANT SELECT ON alembic_version TO {role}")
 
 
 def downgrade(app_role: str | None = None) -> None:

@@ -1,0 +1,40 @@
+# The two commands of the README:
+#   make serve   set up .venv/ and start the server on the embedded default
+#   make test    set up .venv/ and run the whole test suite (what .ci/run runs)
+# Everything else is a step of those two.
+
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed-stamp
+ARGS ?=
+
+.PHONY: setup serve test generate lint pg-start pg-stop bench
+
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -c requirements.lock -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+serve: $(STAMP)
+	$(VENV)/bin/memoria serve $(ARGS)
+
+test: $(STAMP)
+	scripts/test.sh $(ARGS)
+
+generate: $(STAMP)
+	scripts/generate.sh
+
+lint: $(STAMP)
+	scripts/lint.sh
+
+pg-start:
+	scripts/pg.sh start
+
+pg-stop:
+	scripts/pg.sh stop
+
+bench: $(STAMP)
+	$(VENV)/bin/python bench/bench_blocks.py $(ARGS)

@@ -1,0 +1,508 @@
+"""Sync vs. asyncio gRPC Python server: throughput of a no-op RPC on this machine.
+
+Why this exists
+---------------
+The project has to pick one server flavour for its gRPC service:
+
+* **sync**: ``grpc.server(ThreadPoolExecutor(max_workers=N))``, where every RPC
+  handler runs on a pool thread (and so holds the GIL while it runs Python);
+* **aio**: ``grpc.aio.server()``, where handlers are coroutines on one asyncio
+  event loop.
+
+The choice fixes the per-request overhead of the framework itself, which is the
+ceiling for every RPC the service will ever serve. This script measures exactly
+that overhead, and nothing else: both servers serve only the standard health
+service (``grpc.health.v1.Health/Check``, a dictionary lookup) plus server
+reflection, so that ``ghz`` can call it without any ``.proto`` file.
+
+What it does
+------------
+Each server runs in its own child process (``--serve sync|aio --port N``),
+bound to 127.0.0.1 only; the driver passes ``--port 0`` so that the child binds
+a free port itself (no race) and reports it on stdout. The driver starts a
+server, waits until it answers (a short ``ghz`` warm-up run through reflection,
+which also warms the connection), runs ``ghz`` against it at concurrency 1 and
+16 for a fixed duration, and stops it. Modes are interleaved (sync-16, sync-32,
+aio, then again in a rotated order) for several rounds, because this machine is
+small and shared, and every number in the summary is the median over rounds.
+The sync server is measured with 16 and with 32 worker threads.
+
+Reflection: stock grpc-python reflection cannot answer ghz's lookup of a method
+symbol (see ``_add_reflection``), so the servers here use a small subclass that
+can; the project's own server needs the same fix to be load-tested this way.
+
+Caveats: ghz runs on the same cores as the server (2 on the reference
+machine), so absolute numbers are lower than on a dedicated box; the *ratio*
+between modes is the result to use. ghz sends all requests over one HTTP/2
+connection (its default), like a single upstream client would.
+
+Usage::
+
+    python bench/sync_vs_aio.py                # full run, about 1.5 minutes
+    python bench/sync_vs_aio.py --rounds 2 --duration 3
+    python bench/sync_vs_aio.py --python /path/to/venv/bin/python
+
+It gets the ``ghz`` binary by running ``bench/ghz.sh`` (which installs it on
+first use). Child servers need ``grpcio``, ``grpcio-health-checking`` and
+``grpcio-reflection``; the driver itself needs only the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+HOST = "127.0.0.1"  # the only address this script ever binds or targets
+CALL = "grpc.health.v1.Health/Check"
+BENCH_DIR = Path(__file__).resolve().parent
+GHZ_SH = BENCH_DIR / "ghz.sh"
+
+SERVER_START_TIMEOUT_S = 20.0
+SERVER_STOP_TIMEOUT_S = 5.0
+GHZ_EXTRA_TIMEOUT_S = 30.0  # on top of the run's own duration
+WARMUP_REQUESTS = 1000
+
+
+# --------------------------------------------------------------------------
+# Child: the servers under test
+# --------------------------------------------------------------------------
+
+
+def _add_reflection(server: Any, aio: bool) -> None:
+    """Enable server reflection (v1alpha, the only one grpcio-reflection has).
+
+    Stock grpc-python reflection cannot resolve a *method* symbol such as
+    ``grpc.health.v1.Health.Check`` (grpc/grpc#34743, still open in 1.85):
+    ``FileContainingSymbol`` answers NOT_FOUND. ghz asks for exactly that
+    symbol, so ``ghz --call grpc.health.v1.Health/Check`` fails with
+    "Symbol not found". The subclass below falls back to the enclosing service,
+    which is what other languages' reflection servers do. It only affects the
+    one reflection lookup ghz makes per run, never the measured Check path.
+    """
+    from grpc_health.v1 import health_pb2
+    from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+
+    class MethodSymbolFix:
+        _pool: Any
+
+        def _file_containing_symbol(self, request: Any, fully_qualified_name: str) -> Any:
+            parent, _, method = fully_qualified_name.rpartition(".")
+            try:
+                if method in self._pool.FindServiceByName(parent).methods_by_name:
+                    fully_qualified_name = parent
+            except KeyError:
+                pass  # not "<service>.<method>": look the symbol up as is
+            return super()._file_containing_symbol(  # type: ignore[misc]
+                request, fully_qualified_name
+            )
+
+    class SyncServicer(MethodSymbolFix, reflection.ReflectionServicer):  # type: ignore[misc]
+        pass
+
+    class AioServicer(MethodSymbolFix, reflection.aio.ReflectionServicer):  # type: ignore[misc]
+        pass
+
+    names = [
+        health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        reflection.SERVICE_NAME,
+    ]
+    servicer = AioServicer(names) if aio else SyncServicer(names)
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
+
+
+def _announce(port: int) -> None:
+    import grpc
+
+    # The driver waits for this exact line on stdout.
+    print(f"READY {port} {grpc.__version__} {platform.python_version()}", flush=True)
+
+
+def serve_sync(port: int, max_workers: int) -> None:
+    """Serve Health/Check + reflection with the thread-pool (sync) server."""
+    import grpc
+    from grpc_health.v1 import health, health_pb2_grpc
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=max_workers))
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+    _add_reflection(server, aio=False)
+    bound = server.add_insecure_port(f"{HOST}:{port}")
+    if bound == 0:
+        raise SystemExit(f"could not bind {HOST}:{port}")
+    server.start()
+    signal.signal(signal.SIGTERM, lambda *_: server.stop(grace=None))
+    _announce(bound)
+    server.wait_for_termination()
+
+
+async def _serve_aio(port: int) -> None:
+    import asyncio
+
+    import grpc
+    from grpc_health.v1 import health, health_pb2_grpc
+
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    _add_reflection(server, aio=True)
+    bound = server.add_insecure_port(f"{HOST}:{port}")
+    if bound == 0:
+        raise SystemExit(f"could not bind {HOST}:{port}")
+    await server.start()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    _announce(bound)
+    await stop.wait()
+    await server.stop(grace=None)
+
+
+def serve_aio(port: int) -> None:
+    """Serve Health/Check + reflection with the asyncio server."""
+    import asyncio
+
+    asyncio.run(_serve_aio(port))
+
+
+# --------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One server configuration under test."""
+
+    kind: str  # "sync" or "aio"
+    max_workers: int | None = None  # sync only
+
+    @property
+    def label(self) -> str:
+        return f"sync-{self.max_workers}" if self.kind == "sync" else "aio"
+
+    def serve_args(self) -> list[str]:
+        args = ["--serve", self.kind]
+        if self.max_workers is not None:
+            args += ["--max-workers", str(self.max_workers)]
+        return args
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One ghz run against one server instance."""
+
+    mode: str
+    concurrency: int
+    round: int
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    ok: int
+    errors: int
+
+
+class BudgetExceeded(Exception):
+    """Raised when the next step would not fit in the time budget."""
+
+
+class ServerProcess:
+    """A child server process, started and stopped by the driver."""
+
+    def __init__(self, python: str, mode: Mode, port: int) -> None:
+        # Closed in stop(); kept open so a failed start can show the child's stderr.
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
+        cmd = [python, str(Path(__file__).resolve()), *mode.serve_args()]
+        cmd += ["--port", str(port)]
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr
+        )
+        self.port = port
+        self.versions = "?"
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Wait for the child's READY line (the port is bound and serving)."""
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            if self.proc.poll() is not None:
+                break
+            readable, _, _ = select.select([self.proc.stdout], [], [], min(remaining, 0.2))
+            if not readable:
+                continue
+            line = self.proc.stdout.readline().decode(errors="replace").split()
+            if not line:  # EOF: the child is exiting
+                self.proc.wait(timeout=SERVER_STOP_TIMEOUT_S)
+                break
+            if line[0] == "READY" and len(line) >= 4:
+                self.port = int(line[1])
+                self.versions = f"grpcio {line[2]}, python {line[3]}"
+                return
+        raise RuntimeError(f"server did not become ready:\n{self.stderr_text()}")
+
+    def stderr_text(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=SERVER_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._stderr.close()
+
+
+def find_ghz() -> str:
+    """Return the ghz path printed by bench/ghz.sh (installing ghz if needed)."""
+    out = subprocess.run(["bash", str(GHZ_SH)], stdout=subprocess.PIPE, check=False, timeout=600)
+    path = out.stdout.decode().strip().splitlines()[-1:] if out.returncode == 0 else []
+    if not path or not os.access(path[0], os.X_OK):
+        raise SystemExit(f"{GHZ_SH} failed (exit {out.returncode}); see its stderr above")
+    return path[0]
+
+
+def run_ghz(ghz: str, port: int, args: Sequence[str], timeout_s: float) -> dict[str, Any]:
+    """Run ghz against HOST:port with JSON output and return the parsed report."""
+    cmd = [
+        ghz,
+        "--insecure",
+        "--call",
+        CALL,
+        "-d",
+        "{}",
+        "--connect-timeout",
+        "5s",
+        "--disable-template-functions",
+        "--disable-template-data",
+        "-O",
+        "json",
+        *args,
+        f"{HOST}:{port}",
+    ]
+    out = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"ghz failed ({out.returncode}): {out.stderr.decode()[-2000:]}")
+    report: dict[str, Any] = json.loads(out.stdout)
+    return report
+
+
+def percentile_ms(report: dict[str, Any], pct: int) -> float:
+    for item in report.get("latencyDistribution") or []:
+        if item["percentage"] == pct:
+            return float(item["latency"]) / 1e6  # ghz reports nanoseconds
+    return float("nan")
+
+
+def to_result(report: dict[str, Any], mode: Mode, concurrency: int, rnd: int) -> RunResult:
+    codes: dict[str, int] = report.get("statusCodeDistribution") or {}
+    ok = codes.get("OK", 0)
+    return RunResult(
+        mode=mode.label,
+        concurrency=concurrency,
+        round=rnd,
+        rps=float(report["rps"]),
+        p50_ms=percentile_ms(report, 50),
+        p99_ms=percentile_ms(report, 99),
+        ok=ok,
+        errors=sum(codes.values()) - ok,
+    )
+
+
+def measure_mode(
+    ghz: str,
+    python: str,
+    mode: Mode,
+    concurrencies: Sequence[int],
+    duration_s: int,
+    rnd: int,
+    deadline: float,
+) -> tuple[list[RunResult], str]:
+    """Start one server, warm it up, run ghz at each concurrency, stop it."""
+    needed = len(concurrencies) * (duration_s + 1) + 5
+    if time.monotonic() + needed > deadline:
+        raise BudgetExceeded(f"{mode.label} round {rnd} needs ~{needed}s")
+    server = ServerProcess(python, mode, port=0)
+    results: list[RunResult] = []
+    try:
+        server.wait_ready(SERVER_START_TIMEOUT_S)
+        # Warm-up, and proof that the server answers Check through reflection.
+        warm = run_ghz(
+            ghz,
+            server.port,
+            ["-c", str(max(concurrencies)), "-n", str(WARMUP_REQUESTS)],
+            timeout_s=GHZ_EXTRA_TIMEOUT_S,
+        )
+        if (warm.get("statusCodeDistribution") or {}).get("OK", 0) == 0:
+            raise RuntimeError(f"{mode.label}: warm-up got no OK answers: {warm}")
+        for c in concurrencies:
+            report = run_ghz(
+                ghz,
+                server.port,
+                ["-c", str(c), "-z", f"{duration_s}s"],
+                timeout_s=duration_s + GHZ_EXTRA_TIMEOUT_S,
+            )
+            res = to_result(report, mode, c, rnd)
+            results.append(res)
+            if res.errors > c:  # more than the calls cut off by -z: a real problem
+                print(
+                    f"WARNING: {res.mode} c={c}: {res.errors} failed calls: "
+                    f"{report.get('errorDistribution')}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            print(
+                f"  round {rnd} {res.mode:>8} c={c:<3} rps={res.rps:9.1f} "
+                f"p50={res.p50_ms:7.3f}ms p99={res.p99_ms:7.3f}ms errors={res.errors}",
+                file=sys.stderr,
+                flush=True,
+            )
+    finally:
+        server.stop()
+    return results, server.versions
+
+
+def print_tables(results: Sequence[RunResult], modes: Sequence[Mode], concs: Sequence[int]) -> None:
+    print()
+    print("All runs:")
+    head = ("round", "mode", "conc", "rps", "p50 ms", "p99 ms", "errors")
+    print("{:>5}  {:<8} {:>4} {:>10} {:>8} {:>8} {:>6}".format(*head))
+    for r in results:
+        print(
+            f"{r.round:>5}  {r.mode:<8} {r.concurrency:>4} {r.rps:>10.1f} "
+            f"{r.p50_ms:>8.3f} {r.p99_ms:>8.3f} {r.errors:>6}"
+        )
+
+    medians: dict[tuple[str, int], tuple[float, float, float, int]] = {}
+    print()
+    print("Median over rounds:")
+    print(f"{'mode':<8} {'conc':>4} {'rps':>10} {'p50 ms':>8} {'p99 ms':>8} {'rounds':>6}")
+    for c in concs:
+        for m in modes:
+            runs = [r for r in results if r.mode == m.label and r.concurrency == c]
+            if not runs:
+                continue
+            med = (
+                statistics.median(r.rps for r in runs),
+                statistics.median(r.p50_ms for r in runs),
+                statistics.median(r.p99_ms for r in runs),
+                len(runs),
+            )
+            medians[(m.label, c)] = med
+            print(f"{m.label:<8} {c:>4} {med[0]:>10.1f} {med[1]:>8.3f} {med[2]:>8.3f} {med[3]:>6}")
+
+    print()
+    print(
+        "errors = non-OK calls. ghz -z cuts the calls in flight at the deadline and\n"
+        "counts them as Unavailable, so up to <conc> errors per run are expected."
+    )
+
+    print()
+    print("Ratio aio/sync of the medians (rps > 1: aio faster; latency < 1: aio faster):")
+    for c in concs:
+        aio = medians.get(("aio", c))
+        for m in modes:
+            sync = medians.get((m.label, c))
+            if m.kind != "sync" or aio is None or sync is None:
+                continue
+            print(
+                f"  c={c:<3} aio/{m.label:<8} rps x{aio[0] / sync[0]:.2f}   "
+                f"p50 x{aio[1] / sync[1]:.2f}   p99 x{aio[2] / sync[2]:.2f}"
+            )
+
+
+def drive(args: argparse.Namespace) -> int:
+    ghz = find_ghz()  # may take a minute the first time: not part of the budget
+    start = time.monotonic()
+    deadline = start + args.time_budget
+    modes = [Mode("sync", w) for w in args.sync_workers] + [Mode("aio")]
+    concs: list[int] = args.concurrency
+    planned = args.rounds * len(modes) * len(concs) * args.duration
+    print(
+        f"ghz={ghz}\npython={args.python}\n"
+        f"host={platform.node()} cpus={os.cpu_count()} "
+        f"rounds={args.rounds} duration={args.duration}s concurrency={concs} "
+        f"modes={[m.label for m in modes]} (~{planned}s of load, budget {args.time_budget}s)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    results: list[RunResult] = []
+    versions = "?"
+    truncated = ""
+    try:
+        for rnd in range(1, args.rounds + 1):
+            # Rotate the order each round so no mode always runs first/last.
+            shift = (rnd - 1) % len(modes)
+            for mode in itertools.chain(modes[shift:], modes[:shift]):
+                runs, versions = measure_mode(
+                    ghz, args.python, mode, concs, args.duration, rnd, deadline
+                )
+                results += runs
+    except BudgetExceeded as exc:
+        truncated = f"time budget reached, stopped early: {exc}"
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        truncated = f"failed: {exc}"
+    except KeyboardInterrupt:
+        truncated = "interrupted"
+
+    print(f"\nservers: {versions}; cpus: {os.cpu_count()}; {args.duration}s per run")
+    print_tables(results, modes, concs)
+    elapsed = time.monotonic() - start
+    print()
+    print(f"wall time {elapsed:.0f}s" + (f"; PARTIAL RESULT ({truncated})" if truncated else ""))
+    return 0 if results and not truncated else 1
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--serve", choices=["sync", "aio"], help="(child mode) run one server")
+    p.add_argument(
+        "--port", type=int, default=0, help="(child mode) port on 127.0.0.1, 0 = any free"
+    )
+    p.add_argument("--max-workers", type=int, default=16, help="(child mode, sync) pool size")
+    p.add_argument("--python", default=sys.executable, help="interpreter for the child servers")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per mode")
+    p.add_argument("--duration", type=int, default=4, help="seconds of load per ghz run")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    p.add_argument("--sync-workers", type=int, nargs="+", default=[16, 32])
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=115.0,
+        help="seconds; no server is started past it (the ghz install is not counted)",
+    )
+    args = p.parse_args(argv)
+    if args.rounds < 1 or args.duration < 1:
+        p.error("--rounds and --duration must be >= 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.serve == "sync":
+        serve_sync(args.port, args.max_workers)
+        return 0
+    if args.serve == "aio":
+        serve_aio(args.port)
+        return 0
+    return drive(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

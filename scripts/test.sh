@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite: static checks, then pytest against SQLite and a real PostgreSQL.
+# PostgreSQL is started by scripts/pg.sh (installed with apt-get when missing and root).
+# MEMORIA_REQUIRE_POSTGRES=1 makes a missing PostgreSQL a failure, never a skip.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+scripts/lint.sh
+
+echo "== PostgreSQL" >&2
+eval "$(scripts/pg.sh start)"
+export MEMORIA_TEST_PG_OWNER_URL MEMORIA_TEST_PG_APP_URL
+export MEMORIA_REQUIRE_POSTGRES=1
+
+echo "== pytest" >&2
+.venv/bin/pytest "$@"

@@ -1,0 +1,151 @@
+"""Shared fixtures: stores over every adapter, a real PostgreSQL, a running server.
+
+PostgreSQL: the tests use MEMORIA_TEST_PG_OWNER_URL / MEMORIA_TEST_PG_APP_URL when set, else
+start the throwaway server of scripts/pg.sh. Each session gets a fresh database migrated by
+the owner role; the tests connect as the non-superuser service role, so row-level security is
+in force. With MEMORIA_REQUIRE_POSTGRES=1 (the README's test command and CI) PostgreSQL tests
+never skip: they fail if PostgreSQL cannot be had, and the run fails if none of them ran.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from server.domain.ports import MemoryStore
+from server.storage import migrate
+from server.storage.engine import create_store_engine, sqlite_url
+from server.storage.sql import SqlMemoryStore
+from tests.fakes import InMemoryMemoryStore
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUIRE_POSTGRES = os.environ.get("MEMORIA_REQUIRE_POSTGRES") == "1"
+APP_ROLE = "memoria_app"
+
+
+@dataclass(frozen=True)
+class PgDatabase:
+    """A migrated test database: the owner's URL and the service role's URL."""
+
+    owner_url: str
+    app_url: str
+
+
+def _pg_urls() -> tuple[str, str]:
+    owner = os.environ.get("MEMORIA_TEST_PG_OWNER_URL")
+    app = os.environ.get("MEMORIA_TEST_PG_APP_URL")
+    if owner and app:
+        return owner, app
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "pg.sh"), "start"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"scripts/pg.sh start failed:\n{out.stderr[-2000:]}")
+    urls = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in out.stdout.splitlines()
+        if line.startswith("export ")
+    )
+    return urls["MEMORIA_TEST_PG_OWNER_URL"], urls["MEMORIA_TEST_PG_APP_URL"]
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PgDatabase]:
+    """A fresh PostgreSQL database for this session, migrated, with grants for the service."""
+    try:
+        owner_url, app_url = _pg_urls()
+        admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as error:
+        message = f"PostgreSQL is not available: {error}"
+        if REQUIRE_POSTGRES:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    name = f"memoria_test_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+        conn.execute(text(f'GRANT CONNECT ON DATABASE "{name}" TO {APP_ROLE}'))
+    owner_db = make_url(owner_url).set(database=name).render_as_string(hide_password=False)
+    app_db = make_url(app_url).set(database=name).render_as_string(hide_password=False)
+    owner_engine = create_store_engine(owner_db, pool_size=1)
+    migrate.upgrade(owner_engine, app_role=APP_ROLE)
+    owner_engine.dispose()
+    try:
+        yield PgDatabase(owner_db, app_db)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def tenant() -> str:
+    """A tenant id no other test uses, so tests share one database without interfering."""
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def _sqlite_store(tmp_path: Path) -> SqlMemoryStore:
+    engine = create_store_engine(sqlite_url(tmp_path), pool_size=8)
+    migrate.upgrade(engine)
+    return SqlMemoryStore(engine)
+
+
+STORE_KINDS = [
+    "memory",
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+SQL_KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> MemoryStore:
+    if kind == "memory":
+        return InMemoryMemoryStore()
+    if kind == "sqlite":
+        store = _sqlite_store(tmp_path)
+    else:
+        db: PgDatabase = request.getfixturevalue("postgres")
+        store = SqlMemoryStore(create_store_engine(db.app_url, pool_size=16))
+    request.addfinalizer(store.engine.dispose)
+    return store
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> MemoryStore:
+    """The same contract runs over the in-memory fake and every real adapter."""
+    return make_store(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=SQL_KINDS)
+def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> SqlMemoryStore:
+    store = make_store(request.param, request, tmp_path)
+    assert isinstance(store, SqlMemoryStore)
+    return store
+
+
+_postgres_passed = 0
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    global _postgres_passed
+    if report.when == "call" and report.passed and "postgres" in report.keywords:
+        _postgres_passed += 1
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With MEMORIA_REQUIRE_POSTGRES=1, a run in which no PostgreSQL test passed fails."""
+    if REQUIRE_POSTGRES and exitstatus == 0 and session.testscollected and _postgres_passed == 0:
+        print("\nFAILED: MEMORIA_REQUIRE_POSTGRES=1 but no PostgreSQL test passed")
+        session.exitstatus = 1

@@ -1,0 +1,146 @@
+"""Row-level security and grants on PostgreSQL, proven as the service role.
+
+A bug in a query must still not cross tenants: these tests run deliberately unscoped SQL as
+the non-superuser service role and show that PostgreSQL itself returns only the current
+tenant's rows, refuses rows for another tenant, and keeps the audit log append-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.exc import DBAPIError, ProgrammingError
+
+from server.domain.model import AuditAction, NewAuditEvent, StoredBlock, Writer
+from server.storage.sql import SqlMemoryStore
+from tests.conftest import PgDatabase
+
+pytestmark = pytest.mark.postgres
+NOW = datetime(2026, 5, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def app_engine(postgres: PgDatabase) -> Iterator[Engine]:
+    engine = create_engine(postgres.app_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def two_tenants(app_engine: Engine, tenant: str) -> tuple[str, str]:
+    store = SqlMemoryStore(app_engine)
+    other = tenant + "-b"
+    for t in (tenant, other):
+        with store.transaction(t, lock_principal="ana") as tx:
+            tx.put_block("ana", StoredBlock(f"block of {t}", "e", NOW))
+            tx.append_audit(NewAuditEvent("ana", AuditAction.BLOCK_REWRITTEN, Writer.USER, NOW))
+    return tenant, other
+
+
+def scoped(conn: Connection, tenant: str) -> None:
+    conn.execute(text("SELECT set_config('app.tenant_id', :t, true)"), {"t": tenant})
+
+
+def test_service_role_is_not_superuser_nor_owner(app_engine: Engine) -> None:
+    with app_engine.connect() as conn:
+        role = conn.execute(
+            text("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user")
+        ).one()
+        owners = set(
+            conn.execute(
+                text(
+                    "SELECT tableowner FROM pg_tables WHERE tablename IN "
+                    "('memory_blocks', 'memory_settings', 'audit_events')"
+                )
+            ).scalars()
+        )
+        user = conn.execute(text("SELECT current_user")).scalar_one()
+    assert tuple(role) == (False, False)
+    assert user not in owners
+
+
+def test_unscoped_query_sees_only_the_current_tenant(
+    app_engine: Engine, two_tenants: tuple[str, str]
+) -> None:
+    mine, other = two_tenants
+    with app_engine.begin() as conn:
+        scoped(conn, mine)
+        # Deliberately no WHERE tenant_id: the bug RLS exists to contain.
+        texts = conn.execute(text("SELECT text FROM memory_blocks")).scalars().all()
+        audit_tenants = set(conn.execute(text("SELECT tenant_id FROM audit_events")).scalars())
+    assert texts == [f"block of {mine}"]
+    assert audit_tenants == {mine}
+    with app_engine.begin() as conn:
+        scoped(conn, other)
+        assert conn.execute(text("SELECT text FROM memory_blocks")).scalars().all() == [
+            f"block of {other}"
+        ]
+
+
+def test_no_tenant_set_sees_nothing(app_engine: Engine, two_tenants: tuple[str, str]) -> None:
+    with app_engine.begin() as conn:
+        assert conn.execute(text("SELECT count(*) FROM memory_blocks")).scalar_one() == 0
+        assert conn.execute(text("SELECT count(*) FROM audit_events")).scalar_one() == 0
+
+
+def test_tenant_setting_does_not_outlive_its_transaction(
+    app_engine: Engine, two_tenants: tuple[str, str]
+) -> None:
+    with app_engine.connect() as conn:
+        with conn.begin():
+            scoped(conn, two_tenants[0])
+        with conn.begin():
+            assert conn.execute(text("SELECT count(*) FROM memory_blocks")).scalar_one() == 0
+
+
+def test_writing_a_row_for_another_tenant_is_refused(
+    app_engine: Engine, two_tenants: tuple[str, str]
+) -> None:
+    mine, other = two_tenants
+    with pytest.raises(DBAPIError, match="row-level security"), app_engine.begin() as conn:
+        scoped(conn, mine)
+        conn.execute(
+            text(
+                "INSERT INTO memory_blocks (tenant_id, principal_id, text, etag, update_time) "
+                "VALUES (:t, 'mallory', 'x', 'e', now())"
+            ),
+            {"t": other},
+        )
+    with app_engine.begin() as conn:
+        scoped(conn, mine)
+        moved = conn.execute(
+            text("UPDATE memory_blocks SET text = 'hijacked' WHERE tenant_id = :t"), {"t": other}
+        )
+        assert moved.rowcount == 0
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE audit_events SET principal_id = 'x'",
+        "DELETE FROM audit_events",
+        "TRUNCATE audit_events",
+    ],
+)
+def test_audit_log_is_append_only_for_the_service(
+    app_engine: Engine, two_tenants: tuple[str, str], statement: str
+) -> None:
+    with pytest.raises(ProgrammingError, match="permission denied"), app_engine.begin() as conn:
+        scoped(conn, two_tenants[0])
+        conn.execute(text(statement))
+    with app_engine.begin() as conn:
+        scoped(conn, two_tenants[0])
+        assert conn.execute(text("SELECT count(*) FROM audit_events")).scalar_one() == 1
+
+
+def test_service_cannot_change_the_schema_or_disable_rls(app_engine: Engine) -> None:
+    for ddl in (
+        "ALTER TABLE memory_blocks DISABLE ROW LEVEL SECURITY",
+        "DROP POLICY tenant_isolation ON memory_blocks",
+        "CREATE TABLE sneaky (x int)",
+    ):
+        with pytest.raises(ProgrammingError), app_engine.begin() as conn:
+            conn.execute(text(ddl))

@@ -1,0 +1,82 @@
+"""The sanitizer, character count and line diff, driven by the shared vectors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from server.domain.memory import DEFAULT_CHAR_LIMIT
+from server.domain.text import char_count, diff_lines, lines_of, sanitize, truncate_line
+
+VECTORS = json.loads(
+    (Path(__file__).parent.parent / "vectors" / "char_count.json").read_text(encoding="utf-8")
+)
+
+
+def expand(text: Any) -> str:
+    """A vector text: a string, or parts of strings and {"repeat", "times"} objects."""
+    if isinstance(text, str):
+        return text
+    return "".join(p if isinstance(p, str) else p["repeat"] * p["times"] for p in text)
+
+
+def test_vectors_limit_is_the_servers_default() -> None:
+    assert VECTORS["limit"] == DEFAULT_CHAR_LIMIT
+
+
+@pytest.mark.parametrize("case", VECTORS["cases"], ids=[c["name"] for c in VECTORS["cases"]])
+def test_vector(case: dict[str, Any]) -> None:
+    raw = expand(case["input"])
+    clean = sanitize(raw)
+    assert clean == expand(case["sanitized"])
+    assert char_count(raw) == case["char_count"]
+    assert (char_count(raw) == 0) == case["empty"]
+    assert (char_count(raw) > VECTORS["limit"]) == case["over_limit"]
+
+
+def test_vector_names_are_unique() -> None:
+    names = [c["name"] for c in VECTORS["cases"]]
+    assert len(names) == len(set(names))
+
+
+@given(st.text())
+def test_sanitize_is_idempotent_and_leaves_no_invisible_characters(text: str) -> None:
+    clean = sanitize(text)
+    assert sanitize(clean) == clean
+    assert "\r" not in clean
+    assert clean == clean.strip()
+    assert char_count(text) == len(clean)
+    for invisible in ("\u200b", "\u202e", "\ufeff", "\u00ad", "\x00", "\U000e0041"):
+        assert invisible not in clean
+
+
+def test_diff_reports_removed_and_added_lines_in_order() -> None:
+    old = "Name: Ana\nLikes tea\nLives in Porto\nWorks at Acme"
+    new = "Name: Ana\nLikes coffee\nLives in Porto\nHas a cat"
+    diff = diff_lines(old, new)
+    assert diff.removed == ("Likes tea", "Works at Acme")
+    assert diff.added == ("Likes coffee", "Has a cat")
+
+
+def test_diff_of_new_and_deleted_blocks() -> None:
+    assert diff_lines("", "a\nb").added == ("a", "b")
+    assert diff_lines("a\nb", "").removed == ("a", "b")
+    assert lines_of("") == []
+
+
+def test_diff_keeps_duplicate_lines_distinct() -> None:
+    diff = diff_lines("x\nx\ny", "x\ny")
+    assert diff.removed == ("x",)
+    assert diff.added == ()
+
+
+def test_truncate_line_cuts_code_points_and_marks_the_cut() -> None:
+    assert truncate_line("a" * 200, 200) == "a" * 200
+    cut = truncate_line("\U0001f600" * 300, 200)
+    assert len(cut) == 200
+    assert cut.endswith("…")
