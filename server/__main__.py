@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -78,6 +79,8 @@ def _serve(settings: Settings, port_file: Path | None) -> None:
     from server.app import start
 
     log.info("settings %s", settings.redacted())
+    for name in Settings.unknown_env(os.environ):
+        log.warning("ignoring unknown environment variable %s", name)
     running = start(settings)
     log.info(
         "serving memoria on port %d (auth=%s, store=%s)",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +18,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from server.domain.memory import DEFAULT_CHAR_LIMIT
 
 AuthMode = Literal["auto", "jwt", "trusted-headers"]
+
+_TOOLING_ENV_PREFIXES = ("MEMORIA_TEST_", "MEMORIA_PG_", "MEMORIA_REQUIRE_POSTGRES")
+"""Variables of the test and benchmark tooling, not of the server."""
 
 
 def listen_host(listen: str) -> str:
@@ -104,6 +108,18 @@ class Settings(BaseSettings):
     @property
     def embedded(self) -> bool:
         return self.database_url is None
+
+    @classmethod
+    def unknown_env(cls, environ: Mapping[str, str]) -> list[str]:
+        """MEMORIA_* variables that configure nothing (a typo would otherwise pass silently)."""
+        known = {f"MEMORIA_{name.upper()}" for name in cls.model_fields}
+        return sorted(
+            key
+            for key in environ
+            if key.startswith("MEMORIA_")
+            and key not in known
+            and not key.startswith(_TOOLING_ENV_PREFIXES)
+        )
 
     def redacted(self) -> str:
         """The settings as JSON with secrets masked, for the start-up log."""

@@ -215,3 +215,14 @@ def test_env_is_used_where_no_flag_is_given(
     assert settings.listen == "127.0.0.1:9999"  # env: no --listen
     assert settings.effective_auth == "trusted-headers"  # --auth wins over MEMORIA_AUTH
     assert settings.data_dir == tmp_path
+
+
+def test_unknown_memoria_variables_are_reported_but_tooling_ones_are_not() -> None:
+    environ = {
+        "MEMORIA_LISTN": "0.0.0.0:1",
+        "MEMORIA_LISTEN": "127.0.0.1:1",
+        "MEMORIA_TEST_PG_APP_URL": "x",
+        "MEMORIA_REQUIRE_POSTGRES": "1",
+        "PATH": "/bin",
+    }
+    assert Settings.unknown_env(environ) == ["MEMORIA_LISTN"]
