@@ -19,7 +19,9 @@
 #                        the socket uses trust, so normally nobody needs it)
 #   .lock                serialises concurrent `start`/`stop` calls
 #
-# Port: MEMORIA_PG_PORT (default 55432, away from a system cluster on 5432).
+# Port: MEMORIA_PG_PORT; by default 55432 plus a number derived from the checkout's path
+# (0-999), so two checkouts on one machine each get their own server and a repeated run in
+# one checkout finds its server again. Away from a system cluster on 5432 either way.
 # The server listens on 127.0.0.1 only.
 set -euo pipefail
 
@@ -37,7 +39,13 @@ unset PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGPASSWORD PGPASSFILE \
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
 REPO_ROOT="$(dirname -- "$SCRIPT_DIR")"
 readonly SCRIPT_DIR REPO_ROOT
-readonly PORT="${MEMORIA_PG_PORT:-55432}"
+default_port() {
+    local sum
+    sum=$(printf '%s' "$REPO_ROOT" | cksum | cut -d' ' -f1)
+    echo $((55432 + sum % 1000))
+}
+PORT="${MEMORIA_PG_PORT:-$(default_port)}"
+readonly PORT
 readonly DB_NAME=memoria
 readonly SUPERUSER=postgres
 readonly READY_TIMEOUT_S=30

@@ -9,7 +9,9 @@ cd "$root"
 scripts/lint.sh
 
 echo "== PostgreSQL" >&2
-eval "$(scripts/pg.sh start)"
+# Two steps, so that a failing start stops the run (eval "$(...)" would hide its status).
+pg_env=$(scripts/pg.sh start)
+eval "$pg_env"
 export MEMORIA_TEST_PG_OWNER_URL MEMORIA_TEST_PG_APP_URL
 export MEMORIA_REQUIRE_POSTGRES=1
 
