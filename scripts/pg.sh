@@ -251,9 +251,10 @@ start_server() {
     [[ -e $LOG ]] || : >"$LOG"
     if is_root; then chown -- postgres: "$LOG"; fi
     log "starting PostgreSQL ($BINDIR) on 127.0.0.1:$PORT, log in $LOG"
-    # -W: do not wait here; wait_ready below has a bounded wait and shows
-    # the log when the server fails.
-    as_server "$BINDIR/pg_ctl" start -W -D "$DATA" -l "$LOG" -o "$opts" ||
+    # -w -t: pg_ctl waits (bounded) until the server accepts connections or has
+    # died. (With -W, `pg_ctl status` right after the start could run before
+    # postmaster.pid existed and report a live server as stopped.)
+    as_server "$BINDIR/pg_ctl" start -w -t "$READY_TIMEOUT_S" -D "$DATA" -l "$LOG" -o "$opts" ||
         fail_with_log "pg_ctl start failed"
 }
 
