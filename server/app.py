@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import threading
 from concurrent import futures
@@ -94,6 +95,28 @@ def build_authenticator(settings: Settings) -> Authenticator:
     )
 
 
+def page_token_key(settings: Settings) -> bytes:
+    """The key that signs page tokens.
+
+    Configured: used as is (the same on every replica). Embedded default: a random key kept in
+    the data directory, so tokens survive a restart. Otherwise random for this process only.
+    """
+    if settings.page_token_secret is not None:
+        return settings.page_token_secret.get_secret_value().encode()
+    if settings.embedded:
+        path = settings.data_dir / "page-token.key"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as file:
+                file.write(secrets.token_bytes(32))
+        return path.read_bytes()
+    log.warning(
+        "MEMORIA_PAGE_TOKEN_SECRET is not set: page tokens are valid for this process only; "
+        "set the same secret on every replica"
+    )
+    return secrets.token_bytes(32)
+
+
 @dataclass
 class Running:
     """A started server: its port, health servicer and what to close on stop."""
@@ -121,16 +144,8 @@ def start(settings: Settings) -> Running:
     """Build everything and start serving on `settings.listen`."""
     engine = build_engine(settings)
     store = SqlMemoryStore(engine)
-    secret = settings.page_token_secret
-    if secret is None:
-        log.warning(
-            "MEMORIA_PAGE_TOKEN_SECRET is not set: page tokens are valid for this process only"
-        )
-        token_key = secrets.token_bytes(32)
-    else:
-        token_key = secret.get_secret_value().encode()
     blocks = MemoryBlocks(store, utc_now, char_limit=settings.char_limit)
-    audit = AuditLog(store, PageTokens(token_key))
+    audit = AuditLog(store, PageTokens(page_token_key(settings)))
 
     # Sync server with a thread pool, not grpc.aio: the handlers block on SQLAlchemy/psycopg,
     # and bench/sync_vs_aio.py measured the frameworks within about 15% of each other on a

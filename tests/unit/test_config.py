@@ -226,3 +226,15 @@ def test_unknown_memoria_variables_are_reported_but_tooling_ones_are_not() -> No
         "PATH": "/bin",
     }
     assert Settings.unknown_env(environ) == ["MEMORIA_LISTN"]
+
+
+def test_embedded_page_token_key_survives_a_restart(tmp_path: Path) -> None:
+    from server.app import page_token_key
+
+    settings = Settings(data_dir=tmp_path)
+    first = page_token_key(settings)
+    assert len(first) == 32
+    assert page_token_key(Settings(data_dir=tmp_path)) == first
+    assert (tmp_path / "page-token.key").stat().st_mode & 0o777 == 0o600
+    configured = Settings(data_dir=tmp_path, page_token_secret="x" * 32)
+    assert page_token_key(configured) == b"x" * 32
