@@ -1,0 +1,237 @@
+"""The real `memoria serve` command as a subprocess (DESIGN 4, 5 and 7).
+
+Starts the installed CLI on 127.0.0.1:0 with a data dir (the embedded SQLite default) and a
+port file, then checks what operators and tools rely on: health checking, server reflection,
+persistence across a restart, a clean exit 0 on SIGTERM that reports NOT_SERVING to watchers
+while draining, and the explicit message size limit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from memoria.v1 import memory_block_pb2 as block_pb
+from memoria.v1 import memory_block_service_pb2 as pb
+from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
+
+ROOT = Path(__file__).resolve().parents[2]
+MEMORIA = ROOT / ".venv" / "bin" / "memoria"
+START_TIMEOUT_S = 30.0
+GRACE_S = 2
+EXIT_TIMEOUT_S = GRACE_S + 15.0
+WHO = [("x-memoria-tenant", "t-lifecycle"), ("x-memoria-principal", "alice")]
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+@dataclass
+class Server:
+    """A `memoria serve` subprocess and a channel to it."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    channel: grpc.Channel
+    log: Path
+
+    @property
+    def blocks(self) -> pb_grpc.MemoryBlockServiceStub:
+        return pb_grpc.MemoryBlockServiceStub(self.channel)
+
+    def terminate(self) -> int:
+        """SIGTERM, then the exit code (the process must exit within the grace period)."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=EXIT_TIMEOUT_S)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+class Launch(Protocol):
+    """Starts `memoria serve` on a data dir and returns it once it serves."""
+
+    def __call__(self, data_dir: Path) -> Server: ...
+
+
+def _env() -> dict[str, str]:
+    """This environment without MEMORIA_* settings, plus a short shutdown grace."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORIA_")}
+    env["MEMORIA_SHUTDOWN_GRACE_SECONDS"] = str(GRACE_S)
+    env["MEMORIA_PAGE_TOKEN_SECRET"] = "lifecycle-test-secret-0123456789"
+    return env
+
+
+def _wait_for_port(process: subprocess.Popen[bytes], port_file: Path, log: Path) -> int:
+    """Poll the port file the server writes once it is serving (bounded, fails fast on exit)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        content = port_file.read_text().strip() if port_file.exists() else ""
+        if content.isdigit():
+            return int(content)
+        try:
+            code = process.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            continue
+        raise AssertionError(f"memoria exited with {code}:\n{log.read_text(errors='replace')}")
+    raise AssertionError(f"no port file after {START_TIMEOUT_S}s:\n{log.read_text()}")
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> Iterator[Launch]:
+    """Starts `memoria serve` on a data dir; every process started is killed at the end."""
+    started: list[Server] = []
+
+    def start(data_dir: Path) -> Server:
+        run = len(started)
+        port_file = tmp_path / f"port-{run}"
+        log = tmp_path / f"server-{run}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [
+                    str(MEMORIA),
+                    "serve",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--data-dir",
+                    str(data_dir),
+                    "--port-file",
+                    str(port_file),
+                ],
+                cwd=tmp_path,
+                env=_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            port = _wait_for_port(process, port_file, log)
+            channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+        server = Server(process, port, channel, log)
+        started.append(server)
+        grpc.channel_ready_future(channel).result(timeout=START_TIMEOUT_S)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.channel.close()
+            if server.process.poll() is None:
+                server.process.kill()
+            server.process.wait()
+
+
+def _rewrite(server: Server, text: str) -> pb.RewriteMemoryBlockResponse:
+    request = pb.RewriteMemoryBlockRequest(text=text, writer=block_pb.WRITER_USER)
+    return server.blocks.RewriteMemoryBlock(request, metadata=WHO)
+
+
+def _get(server: Server) -> block_pb.MemoryBlock:
+    return server.blocks.GetMemoryBlock(pb.GetMemoryBlockRequest(), metadata=WHO).memory_block
+
+
+def test_health_reports_serving(launch: Launch, tmp_path: Path) -> None:
+    server = launch(tmp_path / "data")
+    health = health_pb2_grpc.HealthStub(server.channel)
+    for service in ("", "memoria.v1.MemoryBlockService", "memoria.v1.AuditService"):
+        response = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+        assert response.status == SERVING, service
+
+    with pytest.raises(grpc.RpcError) as caught:
+        health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)
+    assert isinstance(caught.value, grpc.Call)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_reflection_lists_the_services(launch: Launch, tmp_path: Path) -> None:
+    server = launch(tmp_path / "data")
+    reflection = reflection_pb2_grpc.ServerReflectionStub(server.channel)
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    (response,) = list(reflection.ServerReflectionInfo(iter([request]), timeout=5))
+    names = {s.name for s in response.list_services_response.service}
+    assert {
+        "memoria.v1.MemoryBlockService",
+        "memoria.v1.AuditService",
+        "grpc.health.v1.Health",
+    } <= names
+
+    # The descriptors are served too, so grpcurl can call the service without proto files.
+    by_symbol = reflection_pb2.ServerReflectionRequest(
+        file_containing_symbol="memoria.v1.MemoryBlockService"
+    )
+    (described,) = list(reflection.ServerReflectionInfo(iter([by_symbol]), timeout=5))
+    assert described.file_descriptor_response.file_descriptor_proto
+
+
+def test_a_block_persists_across_a_restart(launch: Launch, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    first = launch(data_dir)
+    saved = _rewrite(first, "Name: Ada\nLikes tea").memory_block
+    assert _get(first).text == "Name: Ada\nLikes tea"
+    assert first.terminate() == 0, first.output()
+
+    second = launch(data_dir)
+    block = _get(second)
+    assert block.text == "Name: Ada\nLikes tea"
+    assert block.etag == saved.etag
+    assert block.update_time == saved.update_time
+    assert (data_dir / "memoria.sqlite3").exists()
+    assert second.terminate() == 0, second.output()
+
+
+def test_sigterm_reports_not_serving_drains_and_exits_zero(launch: Launch, tmp_path: Path) -> None:
+    server = launch(tmp_path / "data")
+    assert _rewrite(server, "before shutdown").changed
+    health = health_pb2_grpc.HealthStub(server.channel)
+    watch = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=EXIT_TIMEOUT_S)
+    assert next(watch).status == SERVING
+
+    server.process.send_signal(signal.SIGTERM)
+    # The watch is a call in flight when SIGTERM arrives: it is not cut off, it is told.
+    assert next(watch).status == NOT_SERVING
+    watch.cancel()  # the drain ends as soon as the last in-flight call does
+
+    assert server.process.wait(timeout=EXIT_TIMEOUT_S) == 0, server.output()
+    with pytest.raises(grpc.RpcError) as caught:
+        server.blocks.GetMemoryBlock(pb.GetMemoryBlockRequest(), metadata=WHO, timeout=5)
+    assert isinstance(caught.value, grpc.Call)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_sigterm_with_no_calls_exits_zero_at_once(launch: Launch, tmp_path: Path) -> None:
+    server = launch(tmp_path / "data")
+    started = time.monotonic()
+    assert server.terminate() == 0, server.output()
+    assert time.monotonic() - started < GRACE_S + 5
+    assert "stopped" in server.output()
+
+
+def test_a_message_over_the_receive_limit_is_refused_and_the_server_keeps_serving(
+    launch: Launch, tmp_path: Path
+) -> None:
+    server = launch(tmp_path / "data")
+    _rewrite(server, "still here")
+
+    with pytest.raises(grpc.RpcError) as caught:
+        _rewrite(server, "x" * (2 << 20))
+    assert isinstance(caught.value, grpc.Call)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    assert _get(server).text == "still here"
+    assert _rewrite(server, "still serving").changed
+    health = health_pb2_grpc.HealthStub(server.channel)
+    assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == SERVING
