@@ -294,6 +294,9 @@ END
 $$;
 -- Runs migrations; CREATEDB so tests can make per-run databases.
 ALTER ROLE memoria_owner WITH LOGIN PASSWORD 'memoria_owner' NOSUPERUSER CREATEDB;
+-- Tests drop their per-run databases WITH (FORCE), which ends the service role's
+-- lingering connections: that needs pg_signal_backend.
+GRANT pg_signal_backend TO memoria_owner;
 -- The service role: row-level security must apply to it.
 ALTER ROLE memoria_app WITH LOGIN PASSWORD 'memoria_app'
     NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;

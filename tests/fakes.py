@@ -60,6 +60,7 @@ class InMemoryTransaction:
         self._blocks: dict[Key, StoredBlock | None] = {}
         self._settings: dict[Key, StoredSettings] = {}
         self._events: list[NewAuditEvent] = []
+        self._redact: set[str] = set()
 
     def load(self, principal_id: str) -> PrincipalMemory:
         key = (self._tenant, principal_id)
@@ -75,6 +76,9 @@ class InMemoryTransaction:
 
     def put_settings(self, principal_id: str, settings: StoredSettings) -> None:
         self._settings[(self._tenant, principal_id)] = settings
+
+    def redact_audit_lines(self, principal_id: str) -> None:
+        self._redact.add(principal_id)
 
     def append_audit(self, event: NewAuditEvent) -> None:
         self._events.append(event)
@@ -99,10 +103,10 @@ class InMemoryTransaction:
             else:
                 self._store.blocks[key] = block
         self._store.settings.update(self._settings)
+        for i, (tenant, event) in enumerate(self._store.audit):
+            if tenant == self._tenant and event.principal_id in self._redact:
+                self._store.audit[i] = (tenant, replace(event, removed_lines=(), added_lines=()))
         for event in self._events:
             event_id = len(self._store.audit) + 1
             fields = {f: getattr(event, f) for f in NewAuditEvent.__dataclass_fields__}
             self._store.audit.append((self._tenant, AuditEvent(**fields, event_id=event_id)))
-
-
-__all__ = ["InMemoryMemoryStore", "InMemoryTransaction", "replace"]

@@ -193,6 +193,9 @@ class MemoryBlocks:
                 return DeleteResult(deleted=False, removed_line_count=0)
             removed = len(lines_of(sanitize(memory.block.text)))
             tx.delete_block(who.principal_id)
+            # Earlier rewrite events hold lines of the block; keeping them would make the
+            # deletion untrue. The events themselves (who, when, how many lines) stay.
+            tx.redact_audit_lines(who.principal_id)
             tx.append_audit(
                 NewAuditEvent(
                     principal_id=who.principal_id,
@@ -218,6 +221,10 @@ class MemoryBlocks:
             current = tx.load(who.principal_id)
             if memory_enabled is None or memory_enabled == current.memory_enabled:
                 return _settings_view(current.settings)
+            if memory_enabled and writer is Writer.MODEL:
+                # The person turned memory off; only the person turns it back on. (The model
+                # may turn it off, for a person who asks it to stop remembering.)
+                raise _memory_disabled()
             now = self._clock()
             stored = StoredSettings(memory_enabled=memory_enabled, update_time=now)
             tx.put_settings(who.principal_id, stored)

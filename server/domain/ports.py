@@ -43,6 +43,11 @@ class MemoryTransaction(Protocol):
         """Create or replace the principal's settings."""
         ...
 
+    def redact_audit_lines(self, principal_id: str) -> None:
+        """Blank the line content of the principal's audit events; actions, writers, times and
+        counts stay. Deleting the block deletes its content from the audit log too."""
+        ...
+
     def append_audit(self, event: NewAuditEvent) -> None:
         """Append an audit event (append-only: there is no update or delete)."""
         ...

@@ -18,9 +18,15 @@ from dataclasses import dataclass
 # newer Pythons already remove), so server and clients agree on what is invisible.
 import unicodedata2 as unicodedata
 
+TAG_BLOCK = range(0xE0000, 0xE0080)
+"""The whole tag block: its unassigned code points are as invisible as the tag characters."""
+
+VARIATION_SELECTORS = "\ufe00-\ufe0f\U000e0100-\U000e01ef"
+
 
 def _invisible_class() -> re.Pattern[str]:
-    """A regex matching every Cf code point and every Cc one except newline and tab.
+    """A regex matching what never reaches the prompt: every Cf code point, every Cc one
+    except newline and tab, and the whole tag block U+E0000-E007F.
 
     Built once from this Python's Unicode database, so the per-call work is a single C-level
     `re.sub` instead of a Python loop over each character (the render path is hot).
@@ -30,7 +36,7 @@ def _invisible_class() -> re.Pattern[str]:
     for cp in range(sys.maxunicode + 1):
         ch = chr(cp)
         cat = unicodedata.category(ch)
-        remove = cat == "Cf" or (cat == "Cc" and ch not in "\n\t")
+        remove = cat == "Cf" or (cat == "Cc" and ch not in "\n\t") or cp in TAG_BLOCK
         if remove and start < 0:
             start = cp
         elif not remove and start >= 0:
@@ -49,16 +55,23 @@ def _range(first: int, last: int) -> str:
 
 _INVISIBLE = _invisible_class()
 
+# A variation selector picks a glyph for the character before it, so one is all a character
+# can use; a run of them is invisible payload (data smuggled one byte per selector). Keep the
+# first of each run, so emoji (U+FE0F) and ideographic variation sequences still render.
+_SELECTOR_RUN = re.compile(f"([{VARIATION_SELECTORS}])[{VARIATION_SELECTORS}]+")
+
 
 def sanitize(text: str) -> str:
     """Return `text` as it may reach the prompt: the only form Memoria stores or shows.
 
     Line endings become `\\n`; format characters (Unicode Cf: zero-width, bidi controls, tag
-    characters, BOM, soft hyphen) and control characters other than newline and tab are
-    removed; the result is NFC and has no leading or trailing whitespace. Idempotent.
+    characters, BOM, soft hyphen), the rest of the tag block and control characters other than
+    newline and tab are removed; a run of variation selectors keeps only its first; the result
+    is NFC and has no leading or trailing whitespace. Idempotent.
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = _INVISIBLE.sub("", text)
+    text = _SELECTOR_RUN.sub(r"\1", text)
     if not text.isascii():  # ASCII is already NFC; skip the call on the common case
         text = unicodedata.normalize("NFC", text)
     return text.strip()

@@ -24,6 +24,8 @@ from sqlalchemy import (
     insert,
     literal_column,
     select,
+    text,
+    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import BindParameter
@@ -99,6 +101,17 @@ _LOAD = select(
 )
 _DELETE_BLOCK = delete(_b).where(_b.c.tenant_id == _T, _b.c.principal_id == _P)
 _APPEND_AUDIT = insert(audit_events)
+_REDACT_AUDIT_LINES = (
+    update(audit_events)
+    .where(
+        audit_events.c.tenant_id == bindparam("tenant"),
+        audit_events.c.principal_id == bindparam("principal"),
+    )
+    .values(removed_lines=[], added_lines=[])
+)
+# PostgreSQL: the service role may not UPDATE the audit log, so blanking goes through a
+# SECURITY DEFINER function (migration 0002) that can change nothing but the line arrays.
+_REDACT_AUDIT_LINES_PG = text("SELECT memoria_redact_audit_lines(:principal)")
 
 
 def _upsert(dialect: Any, table: Table, columns: tuple[str, ...]) -> Any:
@@ -127,6 +140,7 @@ class SqlMemoryTransaction:
         self._conn = conn
         self._tenant = tenant_id
         self._put_block, self._put_settings = _UPSERTS["postgresql" if postgres else "sqlite"]
+        self._redact = _REDACT_AUDIT_LINES_PG if postgres else _REDACT_AUDIT_LINES
 
     def load(self, principal_id: str) -> PrincipalMemory:
         row = self._conn.execute(
@@ -161,6 +175,9 @@ class SqlMemoryTransaction:
                 "update_time": settings.update_time,
             },
         )
+
+    def redact_audit_lines(self, principal_id: str) -> None:
+        self._conn.execute(self._redact, {"tenant": self._tenant, "principal": principal_id})
 
     def append_audit(self, event: NewAuditEvent) -> None:
         self._conn.execute(

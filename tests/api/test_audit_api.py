@@ -147,23 +147,38 @@ def test_a_delete_records_only_how_many_lines_it_removed(api: Api) -> None:
     assert event.added_line_count == 0
     assert event.char_count == 0
     assert not event.HasField("memory_enabled")
-    # Nothing of the deleted content is kept in the event, in any field.
-    assert b"vault" not in event.SerializeToString()
+    # Nothing of the deleted content is kept in any event, in any field: the earlier rewrite's
+    # lines were blanked with the delete, while its counts remain.
+    events = list_page(api, md).events
+    assert all(b"vault" not in e.SerializeToString() for e in events)
+    earlier = events[1]
+    assert earlier.action == REWRITTEN
+    assert (list(earlier.added_lines), earlier.added_line_count) == ([], 3)
+
+
+def test_a_delete_blanks_only_its_own_principals_lines(api: Api) -> None:
+    rewrite(api, api.who("alice"), "alice's line")
+    rewrite(api, api.who("bob"), "bob's line")
+    rewrite(api, api.who("alice", tenant=api.tenant + "-other"), "other tenant's alice")
+    delete(api, api.who("alice"), writer=USER)
+    assert list(list_page(api, api.who("bob")).events[0].added_lines) == ["bob's line"]
+    other = list_page(api, api.who("alice", tenant=api.tenant + "-other")).events[0]
+    assert list(other.added_lines) == ["other tenant's alice"]
 
 
 def test_a_settings_change_records_the_new_value(api: Api) -> None:
     md = api.who("alice")
-    set_enabled(api, md, False, writer=USER)
-    set_enabled(api, md, True, writer=MODEL)
+    set_enabled(api, md, False, writer=MODEL)
+    set_enabled(api, md, True, writer=USER)
 
     enabled, disabled = list_page(api, md).events
     assert disabled.action == enabled.action == SETTINGS
     assert disabled.HasField("memory_enabled")
     assert not disabled.memory_enabled
-    assert disabled.writer == USER
+    assert disabled.writer == MODEL
     assert enabled.HasField("memory_enabled")
     assert enabled.memory_enabled
-    assert enabled.writer == MODEL
+    assert enabled.writer == USER
     assert enabled.principal_id == "alice"
     assert list(enabled.added_lines) == list(enabled.removed_lines) == []
 

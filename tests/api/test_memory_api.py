@@ -213,15 +213,6 @@ def test_crlf_and_lone_cr_become_newlines(me: Caller) -> None:
     assert "\r" not in me.render().prompt_section
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: server/domain/text.py _invisible_class() removes only category Cf/Cc, so "
-        "the unassigned (Cn, default-ignorable, invisible) code points of the tag block, "
-        "U+E0000 and U+E0002-U+E001F, are kept; DESIGN 2 says to remove tag characters "
-        "U+E0000-E007F"
-    ),
-)
 def test_unassigned_tag_block_code_points_are_removed(me: Caller) -> None:
     text = "a\U000e0000b\U000e0002c\U000e001fd"
     assert me.rewrite(text).memory_block.text == "abcd"

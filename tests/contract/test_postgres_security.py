@@ -136,6 +136,31 @@ def test_audit_log_is_append_only_for_the_service(
         assert conn.execute(text("SELECT count(*) FROM audit_events")).scalar_one() == 1
 
 
+def test_redaction_function_cannot_reach_another_tenant(
+    app_engine: Engine, two_tenants: tuple[str, str]
+) -> None:
+    mine, other = two_tenants
+    with app_engine.begin() as conn:
+        scoped(conn, other)
+        conn.execute(
+            text(
+                "INSERT INTO audit_events (tenant_id, principal_id, action, writer, create_time,"
+                " removed_lines, added_lines, removed_line_count, added_line_count, char_count)"
+                " VALUES (:t, 'ana', 'block_rewritten', 'user', now(), '[]', '[\"x\"]', 0, 1, 1)"
+            ),
+            {"t": other},
+        )
+    with app_engine.begin() as conn:
+        scoped(conn, mine)
+        conn.execute(text("SELECT memoria_redact_audit_lines('ana')"))
+    with app_engine.begin() as conn:
+        scoped(conn, other)
+        kept = conn.execute(
+            text("SELECT count(*) FROM audit_events WHERE json_array_length(added_lines) > 0")
+        ).scalar_one()
+    assert kept == 1
+
+
 def test_service_cannot_change_the_schema_or_disable_rls(app_engine: Engine) -> None:
     for ddl in (
         "ALTER TABLE memory_blocks DISABLE ROW LEVEL SECURITY",

@@ -150,6 +150,25 @@ def test_audit_round_trip_filters_and_order(store: MemoryStore, tenant: str) -> 
     assert [e.event_id for e in below] == ids[1:]
 
 
+def test_redact_blanks_lines_of_one_principal_only(store: MemoryStore, tenant: str) -> None:
+    other = tenant + "-other"
+    lines = {"added_lines": ("secret",), "added_line_count": 1}
+    for t in (tenant, other):
+        with store.transaction(t, lock_principal="ana") as tx:
+            tx.append_audit(event("ana", AuditAction.BLOCK_REWRITTEN, T0, **lines))
+            tx.append_audit(event("bob", AuditAction.BLOCK_REWRITTEN, T0, **lines))
+    with store.transaction(tenant, lock_principal="ana") as tx:
+        tx.redact_audit_lines("ana")
+    with store.transaction(tenant) as tx:
+        ana = tx.list_audit(AuditQuery(principal_id="ana"))
+        bob = tx.list_audit(AuditQuery(principal_id="bob"))
+    with store.transaction(other) as tx:
+        other_ana = tx.list_audit(AuditQuery(principal_id="ana"))
+    assert [(e.added_lines, e.added_line_count) for e in ana] == [((), 1)]
+    assert [e.added_lines for e in bob] == [("secret",)]
+    assert [e.added_lines for e in other_ana] == [("secret",)]
+
+
 class Ticker:
     """A thread-safe clock for the concurrency tests."""
 

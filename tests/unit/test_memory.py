@@ -239,3 +239,34 @@ def test_principals_do_not_see_each_other(blocks: MemoryBlocks) -> None:
 def test_limit_must_be_positive(store: InMemoryMemoryStore) -> None:
     with pytest.raises(ValueError):
         MemoryBlocks(store, Clock(), char_limit=0)
+
+
+def test_delete_blanks_the_lines_of_earlier_events_but_keeps_their_counts(
+    blocks: MemoryBlocks, store: InMemoryMemoryStore
+) -> None:
+    blocks.rewrite(ANA, "vault code 4821\nlikes tea", Writer.MODEL)
+    blocks.rewrite(ANA, "likes tea", Writer.MODEL)
+    blocks.rewrite(BOB, "bob's vault code", Writer.MODEL)
+    blocks.delete(ANA, Writer.USER)
+    ana = [e for t, e in store.audit if e.principal_id == "ana"]
+    assert [e.action for e in ana] == [
+        AuditAction.BLOCK_REWRITTEN,
+        AuditAction.BLOCK_REWRITTEN,
+        AuditAction.BLOCK_DELETED,
+    ]
+    assert all(e.added_lines == () and e.removed_lines == () for e in ana)
+    assert [(e.added_line_count, e.removed_line_count) for e in ana] == [(2, 0), (0, 1), (0, 1)]
+    bob = [e for t, e in store.audit if e.principal_id == "bob"]
+    assert bob[0].added_lines == ("bob's vault code",)
+
+
+def test_the_model_may_turn_memory_off_but_never_back_on(
+    blocks: MemoryBlocks, store: InMemoryMemoryStore
+) -> None:
+    assert not blocks.update_settings(ANA, Writer.MODEL, memory_enabled=False).memory_enabled
+    with pytest.raises(MemoriaError) as excinfo:
+        blocks.update_settings(ANA, Writer.MODEL, memory_enabled=True)
+    assert reason(excinfo) is ErrorReason.MEMORY_DISABLED
+    assert not blocks.settings(ANA).memory_enabled
+    assert blocks.update_settings(ANA, Writer.USER, memory_enabled=True).memory_enabled
+    assert events(store) == [AuditAction.SETTINGS_UPDATED, AuditAction.SETTINGS_UPDATED]

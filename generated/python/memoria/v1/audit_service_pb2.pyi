@@ -91,13 +91,16 @@ class AuditEvent(_message.Message):
     @_builtins.property
     def removed_lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """For a rewrite: the removed lines, each cut to at most 200 characters
-        (code points; a cut line ends with "…"). Empty for a delete: deleted
-        content is not kept.
+        (code points; a cut line ends with "…"). Always empty for a delete, and
+        emptied in every earlier event when the block is deleted: deleted content
+        is not kept (the counts below remain).
         """
 
     @_builtins.property
     def added_lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """For a rewrite: the added lines, each cut to at most 200 characters."""
+        """For a rewrite: the added lines, each cut to at most 200 characters.
+        Emptied like `removed_lines` when the block is deleted.
+        """
 
     def __init__(
         self,

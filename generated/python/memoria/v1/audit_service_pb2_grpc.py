@@ -29,9 +29,11 @@ class AuditServiceStub:
     """AuditService reads the append-only record of every change to memory: each
     block rewrite and delete and each settings change, with who made it. Events
     are written in the same database transaction as the change they record and
-    cannot be altered or removed by the service. They never keep deleted
-    content: a rewrite records only its changed lines (each truncated), a delete
-    only how many lines it removed.
+    cannot be removed or altered by the service, with one exception that keeps a
+    deletion true: deleting the block blanks the line content of that
+    principal's earlier events (who, when, what and how many lines stay). A
+    rewrite records only its changed lines (each truncated), a delete only how
+    many lines it removed.
     """
 
     def __init__(self, channel):
@@ -51,9 +53,11 @@ class AuditServiceServicer:
     """AuditService reads the append-only record of every change to memory: each
     block rewrite and delete and each settings change, with who made it. Events
     are written in the same database transaction as the change they record and
-    cannot be altered or removed by the service. They never keep deleted
-    content: a rewrite records only its changed lines (each truncated), a delete
-    only how many lines it removed.
+    cannot be removed or altered by the service, with one exception that keeps a
+    deletion true: deleting the block blanks the line content of that
+    principal's earlier events (who, when, what and how many lines stay). A
+    rewrite records only its changed lines (each truncated), a delete only how
+    many lines it removed.
     """
 
     def ListAuditEvents(self, request, context):
@@ -85,9 +89,11 @@ class AuditService:
     """AuditService reads the append-only record of every change to memory: each
     block rewrite and delete and each settings change, with who made it. Events
     are written in the same database transaction as the change they record and
-    cannot be altered or removed by the service. They never keep deleted
-    content: a rewrite records only its changed lines (each truncated), a delete
-    only how many lines it removed.
+    cannot be removed or altered by the service, with one exception that keeps a
+    deletion true: deleting the block blanks the line content of that
+    principal's earlier events (who, when, what and how many lines stay). A
+    rewrite records only its changed lines (each truncated), a delete only how
+    many lines it removed.
     """
 
     @staticmethod

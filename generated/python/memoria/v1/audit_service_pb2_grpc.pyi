@@ -30,9 +30,11 @@ class AuditServiceStub:
     """AuditService reads the append-only record of every change to memory: each
     block rewrite and delete and each settings change, with who made it. Events
     are written in the same database transaction as the change they record and
-    cannot be altered or removed by the service. They never keep deleted
-    content: a rewrite records only its changed lines (each truncated), a delete
-    only how many lines it removed.
+    cannot be removed or altered by the service, with one exception that keeps a
+    deletion true: deleting the block blanks the line content of that
+    principal's earlier events (who, when, what and how many lines stay). A
+    rewrite records only its changed lines (each truncated), a delete only how
+    many lines it removed.
     """
 
     @_typing.overload
@@ -50,9 +52,11 @@ class AuditServiceAsyncStub(AuditServiceStub):
     """AuditService reads the append-only record of every change to memory: each
     block rewrite and delete and each settings change, with who made it. Events
     are written in the same database transaction as the change they record and
-    cannot be altered or removed by the service. They never keep deleted
-    content: a rewrite records only its changed lines (each truncated), a delete
-    only how many lines it removed.
+    cannot be removed or altered by the service, with one exception that keeps a
+    deletion true: deleting the block blanks the line content of that
+    principal's earlier events (who, when, what and how many lines stay). A
+    rewrite records only its changed lines (each truncated), a delete only how
+    many lines it removed.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -66,9 +70,11 @@ class AuditServiceServicer(metaclass=_abc_1.ABCMeta):
     """AuditService reads the append-only record of every change to memory: each
     block rewrite and delete and each settings change, with who made it. Events
     are written in the same database transaction as the change they record and
-    cannot be altered or removed by the service. They never keep deleted
-    content: a rewrite records only its changed lines (each truncated), a delete
-    only how many lines it removed.
+    cannot be removed or altered by the service, with one exception that keeps a
+    deletion true: deleting the block blanks the line content of that
+    principal's earlier events (who, when, what and how many lines stay). A
+    rewrite records only its changed lines (each truncated), a delete only how
+    many lines it removed.
     """
 
     @_abc_1.abstractmethod

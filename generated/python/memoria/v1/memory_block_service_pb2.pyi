@@ -132,8 +132,9 @@ class RewriteMemoryBlockRequest(_message.Message):
     text: _builtins.str
     """The entire block the writer wants to end up with (not a patch). It is
     sanitized and stripped before counting; it must then be non-empty and at
-    most the limit (4,000 code points by default). Maximum request size is
-    bounded by the server's message size limit (64 KiB by default).
+    most the limit (4,000 code points by default). The whole request is
+    bounded by the server's receive limit (1 MiB by default; larger requests
+    fail with RESOURCE_EXHAUSTED before any rule is checked).
     """
     writer: _memory_block_pb2.Writer.ValueType
     """Who writes. Required: WRITER_UNSPECIFIED is invalid."""
