@@ -5,7 +5,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 py="$root/.venv/bin/python"
-out="$root/generated/python"
+out="${MEMORIA_GENERATE_OUT:-$root/generated}/python"
 cd "$root"
 
 rm -rf "$out/memoria"
