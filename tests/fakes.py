@@ -36,6 +36,12 @@ class InMemoryMemoryStore:
         self._commit = threading.Lock()
         self._principals: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
 
+    def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
+        self.transactions += 1
+        with self._commit:
+            key = (tenant_id, principal_id)
+            return PrincipalMemory(self.blocks.get(key), self.settings.get(key))
+
     @contextmanager
     def transaction(
         self, tenant_id: str, *, lock_principal: str | None = None

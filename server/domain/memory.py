@@ -116,14 +116,11 @@ class MemoryBlocks:
 
     def get(self, who: Identity) -> BlockView:
         """The caller's block; an empty view when there is none (not an error)."""
-        with self._store.transaction(who.tenant_id) as tx:
-            memory = tx.load(who.principal_id)
-        return self._view(memory.block)
+        return self._view(self._store.read(who.tenant_id, who.principal_id).block)
 
     def render(self, who: Identity) -> Rendered:
         """The section for the system prompt; empty with no block or with memory off."""
-        with self._store.transaction(who.tenant_id) as tx:
-            memory = tx.load(who.principal_id)
+        memory = self._store.read(who.tenant_id, who.principal_id)
         view = self._view(memory.block)
         if not memory.memory_enabled or not view.text:
             return Rendered("", "", 0, self._limit)
@@ -209,9 +206,7 @@ class MemoryBlocks:
 
     def settings(self, who: Identity) -> SettingsView:
         """The caller's memory settings (memory is on unless turned off)."""
-        with self._store.transaction(who.tenant_id) as tx:
-            memory = tx.load(who.principal_id)
-        return _settings_view(memory.settings)
+        return _settings_view(self._store.read(who.tenant_id, who.principal_id).settings)
 
     def update_settings(
         self, who: Identity, writer: Writer, memory_enabled: bool | None

@@ -60,6 +60,14 @@ class MemoryTransaction(Protocol):
 class MemoryStore(Protocol):
     """Opens units of work on blocks, settings and audit events."""
 
+    def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
+        """The principal's block and settings, read together in one consistent snapshot.
+
+        The render path's read, on every turn: adapters make it as cheap as they can (one
+        round trip on PostgreSQL).
+        """
+        ...
+
     def transaction(
         self, tenant_id: str, *, lock_principal: str | None = None
     ) -> AbstractContextManager[MemoryTransaction]:

@@ -8,11 +8,13 @@ explicitly, and on PostgreSQL row-level security enforces the tenant once more.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from sqlalchemy import (
     Connection,
     Engine,
@@ -52,12 +54,66 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+_UNAVAILABLE = (
+    exc.OperationalError,
+    exc.InterfaceError,
+    exc.TimeoutError,
+    psycopg.OperationalError,
+)
+
+
+def _unavailable(error: Exception) -> MemoriaError:
+    # Connection refused or lost, server shutting down, pool exhausted, lock timeout: nothing
+    # was committed, and the caller may retry.
+    log.warning("store unavailable: %s", type(error).__name__)
+    return MemoriaError(
+        ErrorReason.STORE_UNAVAILABLE,
+        "the memory store is unavailable; nothing was changed, retry with backoff",
+    )
+
+
+_READ_PRINCIPAL_PG = "SELECT * FROM memoria_read_principal(%s, %s)"
+
+
 class SqlMemoryStore:
     """`MemoryStore` over a SQLAlchemy engine (SQLite or PostgreSQL)."""
 
     def __init__(self, engine: Engine):
         self._engine = engine
         self._postgres = engine.dialect.name == "postgresql"
+        # SQLite: one process owns the embedded database, so writers queue on this lock
+        # instead of SQLite's busy handler, which sleeps and made write p99 spike.
+        self._sqlite_writer = None if self._postgres else threading.Lock()
+
+    def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
+        """See `MemoryStore.read`. On PostgreSQL: one autocommit call of a SQL function.
+
+        This path uses the psycopg connection under SQLAlchemy's pool directly: measured on
+        the render path, SQLAlchemy's execution layer and the BEGIN/set_config/COMMIT round
+        trips cost several times the read itself (bench/README.md).
+        """
+        if not self._postgres:
+            with self.transaction(tenant_id) as tx:
+                return tx.load(principal_id)
+        try:
+            pooled = self._engine.raw_connection()
+        except _UNAVAILABLE as error:
+            raise _unavailable(error) from error
+        try:
+            conn: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
+            conn.autocommit = True
+            try:
+                row = conn.execute(_READ_PRINCIPAL_PG, (tenant_id, principal_id)).fetchone()
+            finally:
+                if not conn.closed:
+                    conn.autocommit = False
+        except psycopg.OperationalError as error:
+            pooled.invalidate(error)
+            raise _unavailable(error) from error
+        finally:
+            pooled.close()
+        assert row is not None  # the function always returns one row
+        return _principal_memory(row)
 
     @property
     def engine(self) -> Engine:
@@ -68,22 +124,17 @@ class SqlMemoryStore:
         self, tenant_id: str, *, lock_principal: str | None = None
     ) -> Iterator[SqlMemoryTransaction]:
         """See `MemoryStore.transaction`. Store outages become STORE_UNAVAILABLE."""
+        writer = self._sqlite_writer if lock_principal is not None else None
         try:
-            with self._engine.connect() as conn:
+            with writer or nullcontext(), self._engine.connect() as conn:
                 if lock_principal is not None:
                     conn.execution_options(**{WRITE_OPTION: True})
                 with conn.begin():
                     if self._postgres:
                         begin_postgres_scope(conn, tenant_id, lock_principal)
                     yield SqlMemoryTransaction(conn, tenant_id, self._postgres)
-        except (exc.OperationalError, exc.InterfaceError, exc.TimeoutError) as error:
-            # Connection refused or lost, server shutting down, pool exhausted, lock timeout:
-            # nothing was committed, and the caller may retry.
-            log.warning("store unavailable: %s", type(error).__name__)
-            raise MemoriaError(
-                ErrorReason.STORE_UNAVAILABLE,
-                "the memory store is unavailable; nothing was changed, retry with backoff",
-            ) from error
+        except _UNAVAILABLE as error:
+            raise _unavailable(error) from error
 
 
 # Statements are built once: constructing a SQLAlchemy statement costs more than running it
@@ -146,9 +197,7 @@ class SqlMemoryTransaction:
         row = self._conn.execute(
             _LOAD, {"tenant_id": self._tenant, "principal_id": principal_id}
         ).one()
-        block = None if row[0] is None else StoredBlock(row[0], row[1], _utc(row[2]))
-        settings = None if row[3] is None else StoredSettings(bool(row[3]), _utc(row[4]))
-        return PrincipalMemory(block=block, settings=settings)
+        return _principal_memory(tuple(row))
 
     def put_block(self, principal_id: str, block: StoredBlock) -> None:
         self._conn.execute(
@@ -212,6 +261,13 @@ class SqlMemoryTransaction:
             stmt = stmt.where(a.c.event_id < query.before_event_id)
         stmt = stmt.order_by(a.c.event_id.desc()).limit(query.limit)
         return [_audit_event(row) for row in self._conn.execute(stmt)]
+
+
+def _principal_memory(row: tuple[Any, ...]) -> PrincipalMemory:
+    """Block text, etag, time, then settings enabled, time (NULLs where there is no row)."""
+    block = None if row[0] is None else StoredBlock(row[0], row[1], _utc(row[2]))
+    settings = None if row[3] is None else StoredSettings(bool(row[3]), _utc(row[4]))
+    return PrincipalMemory(block=block, settings=settings)
 
 
 def _audit_event(row: Row[Any]) -> AuditEvent:

@@ -31,6 +31,30 @@ def event(principal: str, action: AuditAction, at: datetime, **extra: object) ->
     return NewAuditEvent(principal, action, Writer.USER, at, **extra)  # type: ignore[arg-type]
 
 
+def test_read_sees_committed_block_and_settings_of_one_principal(
+    store: MemoryStore, tenant: str
+) -> None:
+    assert store.read(tenant, "ana").block is None
+    with store.transaction(tenant, lock_principal="ana") as tx:
+        tx.put_block("ana", StoredBlock("Zoë \U0001f600", "e1", T0))
+        tx.put_settings("ana", StoredSettings(False, T0))
+    with store.transaction(tenant + "-other", lock_principal="ana") as tx:
+        tx.put_block("ana", StoredBlock("other tenant", "e2", T0))
+    memory = store.read(tenant, "ana")
+    assert memory.block == StoredBlock("Zoë \U0001f600", "e1", T0)
+    assert memory.settings == StoredSettings(False, T0)
+    assert store.read(tenant, "bob").block is None
+    assert store.read(tenant + "-other", "ana").block.text == "other tenant"  # type: ignore[union-attr]
+    assert store.read(tenant + "-third", "ana").block is None
+
+
+def test_read_does_not_see_uncommitted_writes(store: MemoryStore, tenant: str) -> None:
+    with store.transaction(tenant, lock_principal="ana") as tx:
+        tx.put_block("ana", StoredBlock("pending", "e1", T0))
+        assert store.read(tenant, "ana").block is None  # readers never wait for the writer
+    assert store.read(tenant, "ana").block is not None
+
+
 def test_absent_principal_loads_empty(store: MemoryStore, tenant: str) -> None:
     with store.transaction(tenant) as tx:
         memory = tx.load("nobody")
