@@ -124,7 +124,7 @@ class Running:
     server: grpc.Server
     port: int
     health: health.HealthServicer
-    engine: Engine
+    store: SqlMemoryStore
     _stopped: threading.Event
 
     def stop(self, grace: float) -> None:
@@ -134,7 +134,7 @@ class Running:
         self._stopped.set()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
-        self.engine.dispose()
+        self.store.dispose()
 
     def wait(self) -> None:
         self.server.wait_for_termination()
@@ -174,4 +174,4 @@ def start(settings: Settings) -> Running:
     server.start()
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return Running(server, port, health_servicer, engine, threading.Event())
+    return Running(server, port, health_servicer, store, threading.Event())

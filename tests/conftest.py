@@ -118,7 +118,7 @@ def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Mem
     else:
         db: PgDatabase = request.getfixturevalue("postgres")
         store = SqlMemoryStore(create_store_engine(db.app_url, pool_size=16))
-    request.addfinalizer(store.engine.dispose)
+    request.addfinalizer(store.dispose)
     return store
 
 

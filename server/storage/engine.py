@@ -65,7 +65,7 @@ def _sqlite_engine(url: str, pool_size: int) -> Engine:
     return engine
 
 
-def _postgres_engine(url: str, pool_size: int) -> Engine:
+def _postgres_engine(url: str, pool_size: int, **options: Any) -> Engine:
     engine = create_engine(
         url,
         pool_size=pool_size,
@@ -73,6 +73,7 @@ def _postgres_engine(url: str, pool_size: int) -> Engine:
         pool_timeout=10,
         pool_recycle=1800,
         connect_args={"connect_timeout": 5, "application_name": "memoria"},
+        **options,
     )
 
     @event.listens_for(engine, "connect")
@@ -82,6 +83,21 @@ def _postgres_engine(url: str, pool_size: int) -> Engine:
         dbapi_connection.commit()
 
     return engine
+
+
+def create_postgres_read_engine(write_engine: Engine) -> Engine:
+    """A second pool, of autocommit connections, for the one-statement reads of the hot path.
+
+    Autocommit, so a read is one round trip with no BEGIN/COMMIT; no reset on return, since an
+    autocommit connection carries no transaction (and the tenant setting is local to the
+    statement's own transaction).
+    """
+    return _postgres_engine(
+        write_engine.url.render_as_string(hide_password=False),
+        write_engine.pool.size(),  # type: ignore[attr-defined]
+        isolation_level="AUTOCOMMIT",
+        pool_reset_on_return=None,
+    )
 
 
 def begin_postgres_scope(conn: Connection, tenant_id: str, lock_principal: str | None) -> None:

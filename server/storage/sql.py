@@ -43,7 +43,11 @@ from server.domain.model import (
     StoredSettings,
     Writer,
 )
-from server.storage.engine import WRITE_OPTION, begin_postgres_scope
+from server.storage.engine import (
+    WRITE_OPTION,
+    begin_postgres_scope,
+    create_postgres_read_engine,
+)
 from server.storage.tables import audit_events, memory_blocks, memory_settings
 
 log = logging.getLogger(__name__)
@@ -84,6 +88,13 @@ class SqlMemoryStore:
         # SQLite: one process owns the embedded database, so writers queue on this lock
         # instead of SQLite's busy handler, which sleeps and made write p99 spike.
         self._sqlite_writer = None if self._postgres else threading.Lock()
+        self._reads = create_postgres_read_engine(engine) if self._postgres else None
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self._engine.dispose()
+        if self._reads is not None:
+            self._reads.dispose()
 
     def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
         """See `MemoryStore.read`. On PostgreSQL: one autocommit call of a SQL function.
@@ -92,21 +103,16 @@ class SqlMemoryStore:
         the render path, SQLAlchemy's execution layer and the BEGIN/set_config/COMMIT round
         trips cost several times the read itself (bench/README.md).
         """
-        if not self._postgres:
+        if self._reads is None:
             with self.transaction(tenant_id) as tx:
                 return tx.load(principal_id)
         try:
-            pooled = self._engine.raw_connection()
+            pooled = self._reads.raw_connection()
         except _UNAVAILABLE as error:
             raise _unavailable(error) from error
         try:
             conn: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
-            conn.autocommit = True
-            try:
-                row = conn.execute(_READ_PRINCIPAL_PG, (tenant_id, principal_id)).fetchone()
-            finally:
-                if not conn.closed:
-                    conn.autocommit = False
+            row = conn.execute(_READ_PRINCIPAL_PG, (tenant_id, principal_id)).fetchone()
         except psycopg.OperationalError as error:
             pooled.invalidate(error)
             raise _unavailable(error) from error

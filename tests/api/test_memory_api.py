@@ -594,7 +594,7 @@ def test_a_block_over_a_lowered_limit_is_shown_whole_and_the_next_write_must_fit
     saved = me.rewrite(text).memory_block
 
     # A second server on the same database (same SQLite data dir, or same PostgreSQL db).
-    kind = "postgres" if api.running.engine.dialect.name == "postgresql" else "sqlite"
+    kind = "postgres" if api.running.store.engine.dialect.name == "postgresql" else "sqlite"
     running, channel = start_server(server_settings(kind, request, tmp_path, char_limit=100))
     try:
         lowered = Caller(pb_grpc.MemoryBlockServiceStub(channel), api, me.md)

@@ -30,8 +30,9 @@ def app_engine(postgres: PgDatabase) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def two_tenants(app_engine: Engine, tenant: str) -> tuple[str, str]:
+def two_tenants(app_engine: Engine, tenant: str, request: pytest.FixtureRequest) -> tuple[str, str]:
     store = SqlMemoryStore(app_engine)
+    request.addfinalizer(store.dispose)
     other = tenant + "-b"
     for t in (tenant, other):
         with store.transaction(t, lock_principal="ana") as tx:
