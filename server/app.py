@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
 
 from memoria.v1 import (
     audit_service_pb2,
@@ -24,6 +25,7 @@ from memoria.v1 import (
 from server.config import Settings
 from server.domain.audit import AuditLog, PageTokens
 from server.domain.memory import MemoryBlocks
+from server.domain.ports import MemoryStore
 from server.rpc.auth import (
     Authenticator,
     JwtAuthenticator,
@@ -35,6 +37,7 @@ from server.rpc.interceptor import MemoriaInterceptor
 from server.rpc.reflection import enable_reflection
 from server.rpc.servicers import AuditServicer, MemoryBlockServicer
 from server.storage import migrate
+from server.storage.cache import CachedMemoryStore, PostgresChangeListener
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.sql import SqlMemoryStore
 
@@ -95,6 +98,30 @@ def build_authenticator(settings: Settings) -> Authenticator:
     )
 
 
+def build_read_cache(
+    settings: Settings, store: SqlMemoryStore
+) -> tuple[MemoryStore, PostgresChangeListener | None]:
+    """The store the block operations use: cached for reads unless turned off.
+
+    Embedded: one process owns the database, so local invalidation is complete. PostgreSQL:
+    the cache is on only while a listener hears the other replicas' writes.
+    """
+    if settings.read_cache_entries == 0:
+        return store, None
+    cache = CachedMemoryStore(
+        store,
+        max_entries=settings.read_cache_entries,
+        ttl_seconds=settings.read_cache_ttl_seconds,
+        enabled=settings.embedded,
+    )
+    if settings.database_url is None:
+        return cache, None
+    url = make_url(settings.database_url.get_secret_value()).set(drivername="postgresql")
+    listener = PostgresChangeListener(url.render_as_string(hide_password=False), cache)
+    listener.start()
+    return cache, listener
+
+
 def page_token_key(settings: Settings) -> bytes:
     """The key that signs page tokens.
 
@@ -125,6 +152,7 @@ class Running:
     port: int
     health: health.HealthServicer
     store: SqlMemoryStore
+    listener: PostgresChangeListener | None
     _stopped: threading.Event
 
     def stop(self, grace: float) -> None:
@@ -134,6 +162,8 @@ class Running:
         self._stopped.set()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
+        if self.listener is not None:
+            self.listener.stop()
         self.store.dispose()
 
     def wait(self) -> None:
@@ -144,7 +174,8 @@ def start(settings: Settings) -> Running:
     """Build everything and start serving on `settings.listen`."""
     engine = build_engine(settings)
     store = SqlMemoryStore(engine)
-    blocks = MemoryBlocks(store, utc_now, char_limit=settings.char_limit)
+    reads, listener = build_read_cache(settings, store)
+    blocks = MemoryBlocks(reads, utc_now, char_limit=settings.char_limit)
     audit = AuditLog(store, PageTokens(page_token_key(settings)))
 
     # Sync server with a thread pool, not grpc.aio: the handlers block on SQLAlchemy/psycopg,
@@ -174,4 +205,4 @@ def start(settings: Settings) -> Running:
     server.start()
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return Running(server, port, health_servicer, store, threading.Event())
+    return Running(server, port, health_servicer, store, listener, threading.Event())

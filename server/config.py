@@ -70,6 +70,12 @@ class Settings(BaseSettings):
     page_token_secret: SecretStr | None = Field(
         None, description="signs page tokens; set the same value on every replica"
     )
+    read_cache_entries: int = Field(
+        50_000, ge=0, description="principals whose memory is cached for render; 0: no cache"
+    )
+    read_cache_ttl_seconds: float = Field(
+        60, gt=0, le=3600, description="bound on staleness for rows changed outside Memoria"
+    )
     threads: int = Field(16, ge=1, le=256, description="gRPC worker threads")
     db_pool_size: int = Field(16, ge=1, le=256)
     max_receive_message_bytes: int = Field(1 << 20, ge=16 << 10)

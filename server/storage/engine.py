@@ -15,6 +15,10 @@ from sqlalchemy.engine import make_url
 WRITE_OPTION = "memoria_write"
 """Connection execution option that marks a transaction which will write."""
 
+CHANGE_CHANNEL = "memoria_memory_changed"
+"""PostgreSQL NOTIFY channel announcing committed writes; payload `tenant \x1f principal`."""
+KEY_SEPARATOR = "\x1f"
+
 STATEMENT_TIMEOUT_MS = 15_000
 """PostgreSQL: no statement (or lock wait) runs longer than this; the call then fails fast."""
 
@@ -105,19 +109,22 @@ def begin_postgres_scope(conn: Connection, tenant_id: str, lock_principal: str |
 
     `set_config(..., true)` lasts until the transaction ends, so a pooled connection never
     carries a tenant into the next transaction. The advisory lock exists even when the
-    principal has no row yet, which a row lock (SELECT ... FOR UPDATE) would not.
+    principal has no row yet, which a row lock (SELECT ... FOR UPDATE) would not. A writer
+    also announces the principal on the change channel; PostgreSQL delivers the NOTIFY only
+    if the transaction commits, and other replicas drop their cached copy (storage/cache.py).
     """
     if lock_principal is None:
         conn.execute(_SET_TENANT, {"tenant": tenant_id})
     else:
         conn.execute(
             _SET_TENANT_AND_LOCK,
-            {"tenant": tenant_id, "key": f"{tenant_id}\x1f{lock_principal}"},
+            {"tenant": tenant_id, "key": f"{tenant_id}{KEY_SEPARATOR}{lock_principal}"},
         )
 
 
 _SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
 _SET_TENANT_AND_LOCK = text(
     "SELECT set_config('app.tenant_id', :tenant, true), "
-    "pg_advisory_xact_lock(hashtextextended(:key, 0))"
+    "pg_advisory_xact_lock(hashtextextended(:key, 0)), "
+    f"pg_notify('{CHANGE_CHANNEL}', :key)"
 )

@@ -1,0 +1,173 @@
+"""A read cache in front of the memory store, for the render path (every turn, every
+conversation), kept correct by invalidation on every write.
+
+Within one process a write invalidates its principal as soon as it commits, so a caller
+always reads its own writes. Across replicas, PostgreSQL delivers each committed write as a
+NOTIFY (sent inside the write transaction, so only committed writes are announced) to
+`PostgresChangeListener`, which invalidates within milliseconds. While the listener is not
+connected the cache is off (every read goes to the database) and it starts empty whenever the
+listener (re)connects, so a missed notification can never leave a stale entry. Rows changed
+by other means than Memoria (hand-written SQL) show within the entry lifetime (TTL).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+import psycopg
+from cachetools import TTLCache
+
+from server.domain.model import PrincipalMemory
+from server.domain.ports import MemoryStore, MemoryTransaction
+from server.storage.engine import CHANGE_CHANNEL, KEY_SEPARATOR
+
+log = logging.getLogger(__name__)
+
+
+class CachedMemoryStore:
+    """`MemoryStore` that serves `read` from memory and forgets a principal when it changes.
+
+    Every write transaction names the principal it changes (`lock_principal`); that principal
+    is invalidated after the transaction ends. A read that overlaps an invalidation is not
+    cached (a generation counter), so a slow read can never store a value older than a write
+    it raced with.
+    """
+
+    def __init__(
+        self,
+        inner: MemoryStore,
+        *,
+        max_entries: int,
+        ttl_seconds: float,
+        enabled: bool = True,
+        timer: Callable[[], float] | None = None,
+    ):
+        self._inner = inner
+        self._cache: TTLCache[tuple[str, str], PrincipalMemory] = (
+            TTLCache(max_entries, ttl_seconds, timer=timer)
+            if timer is not None
+            else TTLCache(max_entries, ttl_seconds)
+        )
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._enabled = enabled
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
+        key = (tenant_id, principal_id)
+        with self._lock:
+            if self._enabled:
+                hit = self._cache.get(key)
+                if hit is not None:
+                    return hit
+            generation = self._generation
+        value = self._inner.read(tenant_id, principal_id)
+        with self._lock:
+            if self._enabled and generation == self._generation:
+                self._cache[key] = value
+        return value
+
+    @contextmanager
+    def transaction(
+        self, tenant_id: str, *, lock_principal: str | None = None
+    ) -> Iterator[MemoryTransaction]:
+        try:
+            with self._inner.transaction(tenant_id, lock_principal=lock_principal) as tx:
+                yield tx
+        finally:
+            if lock_principal is not None:
+                self.invalidate(tenant_id, lock_principal)
+
+    def invalidate(self, tenant_id: str, principal_id: str) -> None:
+        """Forget one principal (its memory changed)."""
+        with self._lock:
+            self._generation += 1
+            self._cache.pop((tenant_id, principal_id), None)
+
+    def reset(self, *, enabled: bool) -> None:
+        """Forget everything, and turn caching on or off (off while changes may be missed)."""
+        with self._lock:
+            self._generation += 1
+            self._cache.clear()
+            self._enabled = enabled
+
+
+LISTENER_APPLICATION_NAME = "memoria-listener"
+"""How the listener's connection shows in pg_stat_activity."""
+
+
+class Invalidations(Protocol):
+    """Where the listener reports what it hears."""
+
+    def invalidate(self, tenant_id: str, principal_id: str) -> None: ...
+
+    def reset(self, *, enabled: bool) -> None: ...
+
+
+class PostgresChangeListener:
+    """A thread that LISTENs for committed memory changes of other replicas.
+
+    It turns the cache on only once it is listening, turns it off (and empties it) the moment
+    its connection fails, and reconnects with backoff. A liveness query every `check_seconds`
+    finds a connection that died silently.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        target: Invalidations,
+        *,
+        check_seconds: float = 1.0,
+        on_listening: Callable[[], None] | None = None,
+    ):
+        self._conninfo = conninfo
+        self._target = target
+        self._check = check_seconds
+        self._on_listening = on_listening
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memoria-listen", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to end; it does within `check_seconds` (not waited for: it holds
+        nothing that shutdown needs, and its own connection closes with it)."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(
+                    self._conninfo,
+                    autocommit=True,
+                    connect_timeout=5,
+                    application_name=LISTENER_APPLICATION_NAME,
+                ) as conn:
+                    conn.execute(f"LISTEN {CHANGE_CHANNEL}")
+                    self._target.reset(enabled=True)
+                    log.info("read cache on: listening for memory changes")
+                    if self._on_listening is not None:
+                        self._on_listening()
+                    backoff = 0.2
+                    while not self._stop.is_set():
+                        for note in conn.notifies(timeout=self._check):
+                            tenant, _, principal = note.payload.partition(KEY_SEPARATOR)
+                            self._target.invalidate(tenant, principal)
+                        conn.execute("SELECT 1")
+            except psycopg.Error as error:
+                self._target.reset(enabled=False)
+                if self._stop.is_set():
+                    break
+                log.warning("read cache off: change listener failed (%s)", type(error).__name__)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+        self._target.reset(enabled=False)

@@ -1,0 +1,134 @@
+"""The read cache across replicas on PostgreSQL: one replica's committed write reaches the
+other's cache through LISTEN/NOTIFY, and a lost listener turns the cache off until it is back.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from server.domain.model import StoredBlock
+from server.storage.cache import (
+    LISTENER_APPLICATION_NAME,
+    CachedMemoryStore,
+    PostgresChangeListener,
+)
+from server.storage.engine import create_store_engine
+from server.storage.sql import SqlMemoryStore
+from tests.conftest import PgDatabase
+
+pytestmark = pytest.mark.postgres
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+WAIT = 10.0  # seconds; generous bound for a notification on a loaded machine
+
+
+class Recorder(CachedMemoryStore):
+    """A cache that signals each invalidation and reset it receives from the listener."""
+
+    def __init__(self, inner: SqlMemoryStore) -> None:
+        super().__init__(inner, max_entries=100, ttl_seconds=600, enabled=False)
+        self.invalidated = threading.Event()
+        self.reset_off = threading.Event()
+        self.reset_on = threading.Event()
+
+    def invalidate(self, tenant_id: str, principal_id: str) -> None:
+        super().invalidate(tenant_id, principal_id)
+        self.invalidated.set()
+
+    def reset(self, *, enabled: bool) -> None:
+        super().reset(enabled=enabled)
+        (self.reset_on if enabled else self.reset_off).set()
+
+
+@dataclass
+class Replica:
+    store: SqlMemoryStore
+    cache: Recorder
+    listener: PostgresChangeListener
+
+
+@pytest.fixture
+def replicas(postgres: PgDatabase) -> Iterator[tuple[Replica, Replica]]:
+    conninfo = make_url(postgres.app_url).set(drivername="postgresql")
+    made: list[Replica] = []
+    for _ in range(2):
+        store = SqlMemoryStore(create_store_engine(postgres.app_url, pool_size=2))
+        cache = Recorder(store)
+        listener = PostgresChangeListener(
+            conninfo.render_as_string(hide_password=False), cache, check_seconds=0.2
+        )
+        listener.start()
+        assert cache.reset_on.wait(WAIT), "listener did not start listening"
+        made.append(Replica(store, cache, listener))
+    yield made[0], made[1]
+    for replica in made:
+        replica.listener.stop()
+        replica.store.dispose()
+
+
+def write(replica: Replica, tenant: str, text: str) -> None:
+    with replica.cache.transaction(tenant, lock_principal="ana") as tx:
+        tx.put_block("ana", StoredBlock(text, text, NOW))
+
+
+def test_a_write_on_one_replica_reaches_the_others_cache(
+    replicas: tuple[Replica, Replica], tenant: str
+) -> None:
+    a, b = replicas
+    write(a, tenant, "v1")
+    assert b.cache.read(tenant, "ana").block.text == "v1"  # type: ignore[union-attr]
+    b.cache.invalidated.clear()
+    write(a, tenant, "v2")
+    assert b.cache.invalidated.wait(WAIT), "replica b heard nothing"
+    assert b.cache.read(tenant, "ana").block.text == "v2"  # type: ignore[union-attr]
+
+
+def test_a_rolled_back_write_announces_nothing(
+    replicas: tuple[Replica, Replica], tenant: str
+) -> None:
+    a, b = replicas
+    write(a, tenant, "kept")
+    b.cache.invalidated.clear()
+    with pytest.raises(RuntimeError), a.store.transaction(tenant, lock_principal="ana") as tx:
+        tx.put_block("ana", StoredBlock("rolled back", "x", NOW))
+        raise RuntimeError
+    write(a, tenant + "-marker", "after")  # a committed write after the rolled back one
+    assert b.cache.invalidated.wait(WAIT)
+    assert b.cache.read(tenant, "ana").block.text == "kept"  # type: ignore[union-attr]
+
+
+def test_losing_the_listener_turns_the_cache_off_until_it_is_back(
+    replicas: tuple[Replica, Replica], tenant: str, postgres: PgDatabase
+) -> None:
+    _, b = replicas
+    b.cache.reset_on.clear()
+    admin = create_engine(postgres.owner_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        # The listener's connection is the app role's one whose last query was LISTEN or its
+        # liveness check.
+        pids = (
+            conn.execute(
+                text(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND application_name = :name"
+                ),
+                {"name": LISTENER_APPLICATION_NAME},
+            )
+            .scalars()
+            .all()
+        )
+        ended = [
+            conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar_one()
+            for pid in pids
+        ]
+    admin.dispose()
+    assert ended and all(ended), f"no listener connection found ({pids})"
+    assert b.cache.reset_off.wait(WAIT), "the cache stayed on without a listener"
+    assert b.cache.reset_on.wait(WAIT), "the listener did not come back"
+    assert b.cache.enabled
