@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 WRITE_OPTION = "memoria_write"
@@ -102,29 +102,3 @@ def create_postgres_read_engine(write_engine: Engine) -> Engine:
         isolation_level="AUTOCOMMIT",
         pool_reset_on_return=None,
     )
-
-
-def begin_postgres_scope(conn: Connection, tenant_id: str, lock_principal: str | None) -> None:
-    """Scope a PostgreSQL transaction to one tenant (RLS) and optionally lock one principal.
-
-    `set_config(..., true)` lasts until the transaction ends, so a pooled connection never
-    carries a tenant into the next transaction. The advisory lock exists even when the
-    principal has no row yet, which a row lock (SELECT ... FOR UPDATE) would not. A writer
-    also announces the principal on the change channel; PostgreSQL delivers the NOTIFY only
-    if the transaction commits, and other replicas drop their cached copy (storage/cache.py).
-    """
-    if lock_principal is None:
-        conn.execute(_SET_TENANT, {"tenant": tenant_id})
-    else:
-        conn.execute(
-            _SET_TENANT_AND_LOCK,
-            {"tenant": tenant_id, "key": f"{tenant_id}{KEY_SEPARATOR}{lock_principal}"},
-        )
-
-
-_SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
-_SET_TENANT_AND_LOCK = text(
-    "SELECT set_config('app.tenant_id', :tenant, true), "
-    "pg_advisory_xact_lock(hashtextextended(:key, 0)), "
-    f"pg_notify('{CHANGE_CHANNEL}', :key)"
-)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Json
 from sqlalchemy import (
     Connection,
     Engine,
@@ -44,8 +45,9 @@ from server.domain.model import (
     Writer,
 )
 from server.storage.engine import (
+    CHANGE_CHANNEL,
+    KEY_SEPARATOR,
     WRITE_OPTION,
-    begin_postgres_scope,
     create_postgres_read_engine,
 )
 from server.storage.tables import audit_events, memory_blocks, memory_settings
@@ -136,9 +138,13 @@ class SqlMemoryStore:
                 if lock_principal is not None:
                     conn.execution_options(**{WRITE_OPTION: True})
                 with conn.begin():
-                    if self._postgres:
-                        begin_postgres_scope(conn, tenant_id, lock_principal)
-                    yield SqlMemoryTransaction(conn, tenant_id, self._postgres)
+                    tx = (
+                        PostgresMemoryTransaction(conn, tenant_id)
+                        if self._postgres
+                        else SqlMemoryTransaction(conn, tenant_id)
+                    )
+                    tx.begin(lock_principal)
+                    yield tx
         except _UNAVAILABLE as error:
             raise _unavailable(error) from error
 
@@ -157,7 +163,11 @@ _LOAD = select(
     .outerjoin(_s, (_s.c.tenant_id == _T) & (_s.c.principal_id == _P))
 )
 _DELETE_BLOCK = delete(_b).where(_b.c.tenant_id == _T, _b.c.principal_id == _P)
-_APPEND_AUDIT = insert(audit_events)
+_APPEND_AUDIT = (
+    insert(audit_events)
+    .values({c.name: bindparam(c.name) for c in audit_events.c if c.name != "event_id"})
+    .inline()  # no RETURNING: the id is not needed
+)
 _REDACT_AUDIT_LINES = (
     update(audit_events)
     .where(
@@ -169,6 +179,19 @@ _REDACT_AUDIT_LINES = (
 # PostgreSQL: the service role may not UPDATE the audit log, so blanking goes through a
 # SECURITY DEFINER function (migration 0002) that can change nothing but the line arrays.
 _REDACT_AUDIT_LINES_PG = text("SELECT memoria_redact_audit_lines(:principal)")
+
+# PostgreSQL: scope the transaction to one tenant for row-level security. `set_config(...,
+# true)` lasts until the transaction ends, so a pooled connection never carries a tenant into
+# the next one. A writer also takes an advisory lock on the principal (it exists even when the
+# principal has no row yet, unlike SELECT ... FOR UPDATE) and announces the principal on the
+# change channel; PostgreSQL delivers the NOTIFY only if the transaction commits, and other
+# replicas drop their cached copy (storage/cache.py).
+_SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
+_SET_TENANT_AND_LOCK = text(
+    "SELECT set_config('app.tenant_id', :tenant, true), "
+    "pg_advisory_xact_lock(hashtextextended(:key, 0)), "
+    f"pg_notify('{CHANGE_CHANNEL}', :key)"
+)
 
 
 def _upsert(dialect: Any, table: Table, columns: tuple[str, ...]) -> Any:
@@ -191,22 +214,31 @@ _UPSERTS = {
 
 
 class SqlMemoryTransaction:
-    """`MemoryTransaction` on one connection inside one open transaction."""
+    """`MemoryTransaction` on one connection inside one open transaction (SQLite)."""
 
-    def __init__(self, conn: Connection, tenant_id: str, postgres: bool):
+    DIALECT = "sqlite"
+
+    def __init__(self, conn: Connection, tenant_id: str):
         self._conn = conn
         self._tenant = tenant_id
-        self._put_block, self._put_settings = _UPSERTS["postgresql" if postgres else "sqlite"]
-        self._redact = _REDACT_AUDIT_LINES_PG if postgres else _REDACT_AUDIT_LINES
+        self._put_block, self._put_settings = _UPSERTS[self.DIALECT]
+        self._redact: Any = _REDACT_AUDIT_LINES
+
+    def begin(self, lock_principal: str | None) -> None:
+        """Whatever the dialect needs at the start (SQLite: its lock is taken by BEGIN)."""
+
+    def _execute(self, stmt: Any, params: dict[str, Any]) -> None:
+        self._conn.execute(stmt, params)
+
+    def _fetch_one(self, stmt: Any, params: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(self._conn.execute(stmt, params).one())
 
     def load(self, principal_id: str) -> PrincipalMemory:
-        row = self._conn.execute(
-            _LOAD, {"tenant_id": self._tenant, "principal_id": principal_id}
-        ).one()
-        return _principal_memory(tuple(row))
+        params = {"tenant_id": self._tenant, "principal_id": principal_id}
+        return _principal_memory(self._fetch_one(_LOAD, params))
 
     def put_block(self, principal_id: str, block: StoredBlock) -> None:
-        self._conn.execute(
+        self._execute(
             self._put_block,
             {
                 "tenant_id": self._tenant,
@@ -218,10 +250,10 @@ class SqlMemoryTransaction:
         )
 
     def delete_block(self, principal_id: str) -> None:
-        self._conn.execute(_DELETE_BLOCK, {"tenant_id": self._tenant, "principal_id": principal_id})
+        self._execute(_DELETE_BLOCK, {"tenant_id": self._tenant, "principal_id": principal_id})
 
     def put_settings(self, principal_id: str, settings: StoredSettings) -> None:
-        self._conn.execute(
+        self._execute(
             self._put_settings,
             {
                 "tenant_id": self._tenant,
@@ -232,10 +264,10 @@ class SqlMemoryTransaction:
         )
 
     def redact_audit_lines(self, principal_id: str) -> None:
-        self._conn.execute(self._redact, {"tenant": self._tenant, "principal": principal_id})
+        self._execute(self._redact, {"tenant": self._tenant, "principal": principal_id})
 
     def append_audit(self, event: NewAuditEvent) -> None:
-        self._conn.execute(
+        self._execute(
             _APPEND_AUDIT,
             {
                 "tenant_id": self._tenant,
@@ -267,6 +299,54 @@ class SqlMemoryTransaction:
             stmt = stmt.where(a.c.event_id < query.before_event_id)
         stmt = stmt.order_by(a.c.event_id.desc()).limit(query.limit)
         return [_audit_event(row) for row in self._conn.execute(stmt)]
+
+
+_PG_DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
+_PG_SQL: dict[Any, str] = {}
+
+
+def _pg_sql(stmt: Any) -> str:
+    """A statement compiled once for psycopg (`%(name)s` parameters)."""
+    sql = _PG_SQL.get(stmt)
+    if sql is None:
+        sql = _PG_SQL[stmt] = str(stmt.compile(dialect=_PG_DIALECT))
+    return sql
+
+
+class PostgresMemoryTransaction(SqlMemoryTransaction):
+    """The same unit of work on PostgreSQL, its statements sent through psycopg directly.
+
+    The statements are the SQLAlchemy ones above, compiled once. Measured on the write path,
+    SQLAlchemy's execution layer cost several times the round trips themselves; SQLAlchemy
+    still owns the connection, the transaction (commit, rollback) and the audit queries.
+    """
+
+    DIALECT = "postgresql"
+
+    def __init__(self, conn: Connection, tenant_id: str):
+        super().__init__(conn, tenant_id)
+        self._raw: psycopg.Connection[Any] = conn.connection.driver_connection  # type: ignore[assignment]
+        self._redact = _REDACT_AUDIT_LINES_PG
+
+    def begin(self, lock_principal: str | None) -> None:
+        if lock_principal is None:
+            self._execute(_SET_TENANT, {"tenant": self._tenant})
+        else:
+            key = f"{self._tenant}{KEY_SEPARATOR}{lock_principal}"
+            self._execute(_SET_TENANT_AND_LOCK, {"tenant": self._tenant, "key": key})
+
+    def _execute(self, stmt: Any, params: dict[str, Any]) -> None:
+        self._raw.execute(_pg_sql(stmt), _pg_params(params))
+
+    def _fetch_one(self, stmt: Any, params: dict[str, Any]) -> tuple[Any, ...]:
+        row = self._raw.execute(_pg_sql(stmt), _pg_params(params)).fetchone()
+        assert row is not None
+        return tuple(row)
+
+
+def _pg_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Lists go to json columns: psycopg needs them wrapped."""
+    return {k: Json(v) if isinstance(v, list) else v for k, v in params.items()}
 
 
 def _principal_memory(row: tuple[Any, ...]) -> PrincipalMemory:
