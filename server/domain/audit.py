@@ -112,8 +112,7 @@ class AuditLog:
             before_event_id=before,
             limit=size + 1,  # one more tells whether another page exists
         )
-        with self._store.transaction(who.tenant_id) as tx:
-            events = tx.list_audit(query)
+        events = self._store.list_audit(who.tenant_id, query)
         page = tuple(events[:size])
         more = len(events) > size
         token = self._tokens.issue(scope, page[-1].event_id) if more and page else ""

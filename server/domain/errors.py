@@ -25,6 +25,7 @@ class ErrorReason(enum.Enum):
     INVALID_PAGE_TOKEN = enum.auto()
     STORE_UNAVAILABLE = enum.auto()
     INTERNAL = enum.auto()
+    WRITE_CONFLICT = enum.auto()
 
 
 @dataclass(frozen=True)

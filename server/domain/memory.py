@@ -4,20 +4,25 @@ Rules (DESIGN 2): one sanitizer and one count for every path; the only edit is a
 rewrite; empty and over-limit rewrites are refused, never truncated; an identical rewrite is a
 no-op; the model's writes are last-write-wins while a settings screen can send an etag; a
 stored block over a lowered limit is still shown whole; every change appends its audit event
-in the same transaction; deleted content is never kept.
+in the same transaction (the store applies a write and its event atomically, only if the
+memory is still what the write was decided on); deleted content is never kept.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, TypeVar
 
 from server.domain.errors import ErrorReason, FieldViolation, MemoriaError
 from server.domain.model import (
     AuditAction,
+    Change,
     Identity,
     NewAuditEvent,
+    PrincipalMemory,
     StoredBlock,
     StoredSettings,
     Writer,
@@ -25,7 +30,12 @@ from server.domain.model import (
 from server.domain.ports import Clock, MemoryStore
 from server.domain.text import char_count, diff_lines, lines_of, sanitize, truncate_line
 
+R = TypeVar("R")
+
 DEFAULT_CHAR_LIMIT = 4000
+MAX_WRITE_ATTEMPTS = 100
+"""A write that loses this many races in a row to other writers of the same principal fails
+with WRITE_CONFLICT (each lost race means another write succeeded)."""
 AUDIT_LINE_CHARS = 200
 """Each changed line kept in the audit log is cut to this many code points."""
 
@@ -152,57 +162,56 @@ class MemoryBlocks:
                     ),
                 ),
             )
-        with self._store.transaction(who.tenant_id, lock_principal=who.principal_id) as tx:
-            memory = tx.load(who.principal_id)
+
+        def decide(memory: PrincipalMemory) -> tuple[Change | None, RewriteResult]:
             _check_etag(etag, memory.block)
             if writer is Writer.MODEL and not memory.memory_enabled:
                 raise _memory_disabled()
             old = self._view(memory.block)
             if memory.block is not None and old.text == new_text:
-                return RewriteResult(old, (), (), changed=False)
+                return None, RewriteResult(old, (), (), changed=False)
             now = self._clock()
             stored = StoredBlock(text=new_text, etag=new_etag(), update_time=now)
-            tx.put_block(who.principal_id, stored)
             diff = diff_lines(old.text, new_text)
-            tx.append_audit(
-                NewAuditEvent(
-                    principal_id=who.principal_id,
-                    action=AuditAction.BLOCK_REWRITTEN,
-                    writer=writer,
-                    create_time=now,
-                    removed_lines=tuple(truncate_line(x, AUDIT_LINE_CHARS) for x in diff.removed),
-                    added_lines=tuple(truncate_line(x, AUDIT_LINE_CHARS) for x in diff.added),
-                    removed_line_count=len(diff.removed),
-                    added_line_count=len(diff.added),
-                    char_count=count,
-                )
+            event = NewAuditEvent(
+                principal_id=who.principal_id,
+                action=AuditAction.BLOCK_REWRITTEN,
+                writer=writer,
+                create_time=now,
+                removed_lines=tuple(truncate_line(x, AUDIT_LINE_CHARS) for x in diff.removed),
+                added_lines=tuple(truncate_line(x, AUDIT_LINE_CHARS) for x in diff.added),
+                removed_line_count=len(diff.removed),
+                added_line_count=len(diff.added),
+                char_count=count,
             )
-        return RewriteResult(self._view(stored), diff.removed, diff.added, changed=True)
+            result = RewriteResult(self._view(stored), diff.removed, diff.added, changed=True)
+            return _change(memory, event, block=stored), result
+
+        return self._write(who, decide)
 
     def delete(self, who: Identity, writer: Writer, etag: str | None = None) -> DeleteResult:
         """Remove the caller's whole block; the audit keeps only the number of lines."""
-        with self._store.transaction(who.tenant_id, lock_principal=who.principal_id) as tx:
-            memory = tx.load(who.principal_id)
+
+        def decide(memory: PrincipalMemory) -> tuple[Change | None, DeleteResult]:
             _check_etag(etag, memory.block)
             if writer is Writer.MODEL and not memory.memory_enabled:
                 raise _memory_disabled()
             if memory.block is None:
-                return DeleteResult(deleted=False, removed_line_count=0)
+                return None, DeleteResult(deleted=False, removed_line_count=0)
             removed = len(lines_of(sanitize(memory.block.text)))
-            tx.delete_block(who.principal_id)
-            # Earlier rewrite events hold lines of the block; keeping them would make the
-            # deletion untrue. The events themselves (who, when, how many lines) stay.
-            tx.redact_audit_lines(who.principal_id)
-            tx.append_audit(
-                NewAuditEvent(
-                    principal_id=who.principal_id,
-                    action=AuditAction.BLOCK_DELETED,
-                    writer=writer,
-                    create_time=self._clock(),
-                    removed_line_count=removed,
-                )
+            event = NewAuditEvent(
+                principal_id=who.principal_id,
+                action=AuditAction.BLOCK_DELETED,
+                writer=writer,
+                create_time=self._clock(),
+                removed_line_count=removed,
             )
-        return DeleteResult(deleted=True, removed_line_count=removed)
+            # The store also blanks the lines of earlier rewrite events: keeping them would
+            # make the deletion untrue. The events themselves (who, when, how many) stay.
+            change = _change(memory, event, delete_block=True)
+            return change, DeleteResult(deleted=True, removed_line_count=removed)
+
+        return self._write(who, decide)
 
     def settings(self, who: Identity) -> SettingsView:
         """The caller's memory settings (memory is on unless turned off)."""
@@ -212,27 +221,71 @@ class MemoryBlocks:
         self, who: Identity, writer: Writer, memory_enabled: bool | None
     ) -> SettingsView:
         """Change the given settings; an update that changes nothing is not audited."""
-        with self._store.transaction(who.tenant_id, lock_principal=who.principal_id) as tx:
-            current = tx.load(who.principal_id)
-            if memory_enabled is None or memory_enabled == current.memory_enabled:
-                return _settings_view(current.settings)
+
+        def decide(memory: PrincipalMemory) -> tuple[Change | None, SettingsView]:
+            if memory_enabled is None or memory_enabled == memory.memory_enabled:
+                return None, _settings_view(memory.settings)
             if memory_enabled and writer is Writer.MODEL:
                 # The person turned memory off; only the person turns it back on. (The model
                 # may turn it off, for a person who asks it to stop remembering.)
                 raise _memory_disabled()
             now = self._clock()
             stored = StoredSettings(memory_enabled=memory_enabled, update_time=now)
-            tx.put_settings(who.principal_id, stored)
-            tx.append_audit(
-                NewAuditEvent(
-                    principal_id=who.principal_id,
-                    action=AuditAction.SETTINGS_UPDATED,
-                    writer=writer,
-                    create_time=now,
-                    memory_enabled=memory_enabled,
-                )
+            event = NewAuditEvent(
+                principal_id=who.principal_id,
+                action=AuditAction.SETTINGS_UPDATED,
+                writer=writer,
+                create_time=now,
+                memory_enabled=memory_enabled,
             )
-        return _settings_view(stored)
+            return _change(memory, event, settings=stored), _settings_view(stored)
+
+        return self._write(who, decide)
+
+    def _write(
+        self, who: Identity, decide: Callable[[PrincipalMemory], tuple[Change | None, R]]
+    ) -> R:
+        """Read, decide, apply if nothing changed in between; else decide again on fresh state.
+
+        Only a write that the store applied rests on the first (possibly cached) read: a
+        refusal or a no-op is confirmed on the store's own state before it is answered, and a
+        lost race is decided again. Each lost race means another writer succeeded, so the
+        loop ends; its bound only turns a pathological pile-up into a clear error.
+        """
+        fresh = False
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            memory = self._store.read(who.tenant_id, who.principal_id, fresh=fresh)
+            try:
+                change, result = decide(memory)
+            except MemoriaError:
+                if fresh:
+                    raise
+                fresh = True
+                continue
+            if change is None:
+                if fresh:
+                    return result
+                fresh = True
+                continue
+            if self._store.apply(who.tenant_id, change):
+                return result
+            fresh = True
+        raise MemoriaError(
+            ErrorReason.WRITE_CONFLICT,
+            "the memory changed while this write was being applied, too often in a row; "
+            "nothing was saved. Retry the write.",
+        )
+
+
+def _change(memory: PrincipalMemory, event: NewAuditEvent, **what: Any) -> Change:
+    """A change decided on `memory`: it applies only while that state still holds."""
+    return Change(
+        principal_id=event.principal_id,
+        expected_etag=memory.block.etag if memory.block is not None else "",
+        expected_enabled=memory.memory_enabled,
+        event=event,
+        **what,
+    )
 
 
 def _settings_view(settings: StoredSettings | None) -> SettingsView:

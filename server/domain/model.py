@@ -77,6 +77,24 @@ class NewAuditEvent:
 
 
 @dataclass(frozen=True)
+class Change:
+    """One write to one principal's memory, with the state it was decided on.
+
+    `expected_etag` ("" for no block) and `expected_enabled` are what the decision read; the
+    store applies the change only if they still hold. `delete_block` also blanks the lines of
+    the principal's earlier audit events (deleted content is not kept anywhere).
+    """
+
+    principal_id: str
+    expected_etag: str
+    expected_enabled: bool
+    event: NewAuditEvent
+    block: StoredBlock | None = None
+    delete_block: bool = False
+    settings: StoredSettings | None = None
+
+
+@dataclass(frozen=True)
 class AuditEvent(NewAuditEvent):
     """An appended audit event with its store-assigned, increasing id."""
 

@@ -3,78 +3,42 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Protocol
 
-from server.domain.model import (
-    AuditEvent,
-    AuditQuery,
-    NewAuditEvent,
-    PrincipalMemory,
-    StoredBlock,
-    StoredSettings,
-)
+from server.domain.model import AuditEvent, AuditQuery, Change, PrincipalMemory
 
 Clock = Callable[[], datetime]
 """Returns the current time, timezone-aware UTC."""
 
 
-class MemoryTransaction(Protocol):
-    """One unit of work inside one tenant. Everything done in it commits or rolls back together.
+class MemoryStore(Protocol):
+    """Blocks, settings and audit events of every tenant; every call names its tenant.
 
-    Every method is scoped to the transaction's tenant; the principal is named explicitly so
-    that no query can forget it.
+    Writes are compare-and-set: the domain reads, decides in Python, and `apply` writes the
+    decision only if the principal's memory is still what it was decided on. This keeps a write
+    to one round trip on PostgreSQL and keeps the rules out of the store.
     """
 
-    def load(self, principal_id: str) -> PrincipalMemory:
-        """Read the principal's block and settings."""
-        ...
-
-    def put_block(self, principal_id: str, block: StoredBlock) -> None:
-        """Create or replace the principal's block."""
-        ...
-
-    def delete_block(self, principal_id: str) -> None:
-        """Remove the principal's block row."""
-        ...
-
-    def put_settings(self, principal_id: str, settings: StoredSettings) -> None:
-        """Create or replace the principal's settings."""
-        ...
-
-    def redact_audit_lines(self, principal_id: str) -> None:
-        """Blank the line content of the principal's audit events; actions, writers, times and
-        counts stay. Deleting the block deletes its content from the audit log too."""
-        ...
-
-    def append_audit(self, event: NewAuditEvent) -> None:
-        """Append an audit event (append-only: there is no update or delete)."""
-        ...
-
-    def list_audit(self, query: AuditQuery) -> list[AuditEvent]:
-        """Audit events matching `query`, newest (highest id) first, at most `query.limit`."""
-        ...
-
-
-class MemoryStore(Protocol):
-    """Opens units of work on blocks, settings and audit events."""
-
-    def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
+    def read(self, tenant_id: str, principal_id: str, *, fresh: bool = False) -> PrincipalMemory:
         """The principal's block and settings, read together in one consistent snapshot.
 
-        The render path's read, on every turn: adapters make it as cheap as they can (one
-        round trip on PostgreSQL).
+        This is the render path's read, on every turn: adapters make it as cheap as they can
+        (a cache may answer it). `fresh=True` asks the store itself, for decisions that must
+        not rest on a cached copy.
         """
         ...
 
-    def transaction(
-        self, tenant_id: str, *, lock_principal: str | None = None
-    ) -> AbstractContextManager[MemoryTransaction]:
-        """A unit of work in `tenant_id`; commits when the block exits without an exception.
+    def apply(self, tenant_id: str, change: Change) -> bool:
+        """Atomically: if the principal's block etag and memory setting are still the ones in
+        `change.expected_*`, make the change and append its audit event (one transaction),
+        and return True; otherwise change nothing and return False.
 
-        With `lock_principal`, the transaction first takes an exclusive lock on that principal's
-        memory (even when no row exists yet), so concurrent writers of one principal run one
-        after another and every read-check-write in the domain is atomic.
+        Writers of one principal are serialized, so the check and the write see no other
+        writer in between.
         """
+        ...
+
+    def list_audit(self, tenant_id: str, query: AuditQuery) -> list[AuditEvent]:
+        """Audit events of the tenant matching `query`, newest (highest id) first."""
         ...

@@ -30,6 +30,7 @@ STATUS_OF: Mapping[ErrorReason, grpc.StatusCode] = {
     ErrorReason.INVALID_PAGE_TOKEN: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorReason.STORE_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorReason.INTERNAL: grpc.StatusCode.INTERNAL,
+    ErrorReason.WRITE_CONFLICT: grpc.StatusCode.ABORTED,
 }
 
 

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Protocol
 
 import psycopg
 from cachetools import TTLCache
 
-from server.domain.model import PrincipalMemory
-from server.domain.ports import MemoryStore, MemoryTransaction
+from server.domain.model import AuditEvent, AuditQuery, Change, PrincipalMemory
+from server.domain.ports import MemoryStore
 from server.storage.engine import CHANGE_CHANNEL, KEY_SEPARATOR
 
 log = logging.getLogger(__name__)
@@ -31,10 +30,10 @@ log = logging.getLogger(__name__)
 class CachedMemoryStore:
     """`MemoryStore` that serves `read` from memory and forgets a principal when it changes.
 
-    Every write transaction names the principal it changes (`lock_principal`); that principal
-    is invalidated after the transaction ends. A read that overlaps an invalidation is not
-    cached (a generation counter), so a slow read can never store a value older than a write
-    it raced with.
+    Every write names the principal it changes; that principal is invalidated once the write
+    has ended. A read that overlaps an invalidation is not cached (a generation counter), so a
+    slow read can never store a value older than a write it raced with. `fresh` reads bypass
+    the cache (writes decide on them when it matters).
     """
 
     def __init__(
@@ -60,10 +59,10 @@ class CachedMemoryStore:
     def enabled(self) -> bool:
         return self._enabled
 
-    def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
+    def read(self, tenant_id: str, principal_id: str, *, fresh: bool = False) -> PrincipalMemory:
         key = (tenant_id, principal_id)
         with self._lock:
-            if self._enabled:
+            if self._enabled and not fresh:
                 hit = self._cache.get(key)
                 if hit is not None:
                     return hit
@@ -74,16 +73,15 @@ class CachedMemoryStore:
                 self._cache[key] = value
         return value
 
-    @contextmanager
-    def transaction(
-        self, tenant_id: str, *, lock_principal: str | None = None
-    ) -> Iterator[MemoryTransaction]:
+    def apply(self, tenant_id: str, change: Change) -> bool:
         try:
-            with self._inner.transaction(tenant_id, lock_principal=lock_principal) as tx:
-                yield tx
+            return self._inner.apply(tenant_id, change)
         finally:
-            if lock_principal is not None:
-                self.invalidate(tenant_id, lock_principal)
+            # Also after a failure: whether it committed may be unknown (a lost connection).
+            self.invalidate(tenant_id, change.principal_id)
+
+    def list_audit(self, tenant_id: str, query: AuditQuery) -> list[AuditEvent]:
+        return self._inner.list_audit(tenant_id, query)
 
     def invalidate(self, tenant_id: str, principal_id: str) -> None:
         """Forget one principal (its memory changed)."""

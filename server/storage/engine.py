@@ -16,7 +16,8 @@ WRITE_OPTION = "memoria_write"
 """Connection execution option that marks a transaction which will write."""
 
 CHANGE_CHANNEL = "memoria_memory_changed"
-"""PostgreSQL NOTIFY channel announcing committed writes; payload `tenant \x1f principal`."""
+"""PostgreSQL NOTIFY channel announcing committed writes; payload `tenant \x1f principal`.
+(Migration 0004's memoria_apply() names it too: migrations are frozen, not imported.)"""
 KEY_SEPARATOR = "\x1f"
 
 STATEMENT_TIMEOUT_MS = 15_000
@@ -89,10 +90,11 @@ def _postgres_engine(url: str, pool_size: int, **options: Any) -> Engine:
     return engine
 
 
-def create_postgres_read_engine(write_engine: Engine) -> Engine:
-    """A second pool, of autocommit connections, for the one-statement reads of the hot path.
+def create_postgres_autocommit_engine(write_engine: Engine) -> Engine:
+    """A second pool, of autocommit connections, for the one-statement reads and writes of
+    the hot paths (SQL functions that run in the statement's own transaction).
 
-    Autocommit, so a read is one round trip with no BEGIN/COMMIT; no reset on return, since an
+    Autocommit, so a call is one round trip with no BEGIN/COMMIT; no reset on return, since an
     autocommit connection carries no transaction (and the tenant setting is local to the
     statement's own transaction).
     """

@@ -1,8 +1,15 @@
 """The SQL memory store: blocks, settings and audit events on SQLite or PostgreSQL.
 
-One adapter serves both dialects; the differences (how a transaction begins, upsert syntax,
-time zones) are isolated in small functions. Every query names the tenant and the principal
-explicitly, and on PostgreSQL row-level security enforces the tenant once more.
+One adapter serves both dialects. Every query names the tenant and the principal explicitly,
+and on PostgreSQL row-level security enforces the tenant once more.
+
+PostgreSQL's hot paths are one statement each, sent through psycopg on a pool of autocommit
+connections: a read is a call of `memoria_read_principal()` (migration 0003), a write a call of
+`memoria_apply()` (migration 0004), which locks the principal, checks the state the write was
+decided on, writes, appends the audit event and announces the change, in the statement's own
+transaction. Measured on the render and rewrite paths, SQLAlchemy's execution layer and the
+BEGIN / set_config / ... / COMMIT round trips cost several times the work itself
+(bench/README.md). SQLAlchemy still builds the schema, owns the pools and runs everything else.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from server.domain.model import (
     AuditAction,
     AuditEvent,
     AuditQuery,
+    Change,
     NewAuditEvent,
     PrincipalMemory,
     StoredBlock,
@@ -48,17 +56,11 @@ from server.storage.engine import (
     CHANGE_CHANNEL,
     KEY_SEPARATOR,
     WRITE_OPTION,
-    create_postgres_read_engine,
+    create_postgres_autocommit_engine,
 )
 from server.storage.tables import audit_events, memory_blocks, memory_settings
 
 log = logging.getLogger(__name__)
-
-
-def _utc(value: datetime) -> datetime:
-    """SQLite returns naive datetimes; everything Memoria stores is UTC."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
 
 _UNAVAILABLE = (
     exc.OperationalError,
@@ -78,7 +80,19 @@ def _unavailable(error: Exception) -> MemoriaError:
     )
 
 
+def _utc(value: datetime) -> datetime:
+    """SQLite returns naive datetimes; everything Memoria stores is UTC."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 _READ_PRINCIPAL_PG = "SELECT * FROM memoria_read_principal(%s, %s)"
+_APPLY_PG = (
+    "SELECT memoria_apply(%(tenant)s, %(principal)s, %(expected_etag)s, %(expected_enabled)s,"
+    " %(block_text)s, %(block_etag)s, %(block_time)s, %(delete_block)s,"
+    " %(settings_enabled)s, %(settings_time)s,"
+    " %(action)s, %(writer)s, %(create_time)s, %(removed_lines)s, %(added_lines)s,"
+    " %(removed_line_count)s, %(added_line_count)s, %(char_count)s, %(memory_enabled)s)"
+)
 
 
 class SqlMemoryStore:
@@ -90,63 +104,124 @@ class SqlMemoryStore:
         # SQLite: one process owns the embedded database, so writers queue on this lock
         # instead of SQLite's busy handler, which sleeps and made write p99 spike.
         self._sqlite_writer = None if self._postgres else threading.Lock()
-        self._reads = create_postgres_read_engine(engine) if self._postgres else None
-
-    def dispose(self) -> None:
-        """Close every pooled connection."""
-        self._engine.dispose()
-        if self._reads is not None:
-            self._reads.dispose()
-
-    def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
-        """See `MemoryStore.read`. On PostgreSQL: one autocommit call of a SQL function.
-
-        This path uses the psycopg connection under SQLAlchemy's pool directly: measured on
-        the render path, SQLAlchemy's execution layer and the BEGIN/set_config/COMMIT round
-        trips cost several times the read itself (bench/README.md).
-        """
-        if self._reads is None:
-            with self.transaction(tenant_id) as tx:
-                return tx.load(principal_id)
-        try:
-            pooled = self._reads.raw_connection()
-        except _UNAVAILABLE as error:
-            raise _unavailable(error) from error
-        try:
-            conn: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
-            row = conn.execute(_READ_PRINCIPAL_PG, (tenant_id, principal_id)).fetchone()
-        except psycopg.OperationalError as error:
-            pooled.invalidate(error)
-            raise _unavailable(error) from error
-        finally:
-            pooled.close()
-        assert row is not None  # the function always returns one row
-        return _principal_memory(row)
+        self._autocommit = create_postgres_autocommit_engine(engine) if self._postgres else None
 
     @property
     def engine(self) -> Engine:
         return self._engine
 
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self._engine.dispose()
+        if self._autocommit is not None:
+            self._autocommit.dispose()
+
+    def read(self, tenant_id: str, principal_id: str, *, fresh: bool = False) -> PrincipalMemory:
+        """See `MemoryStore.read` (this store is always fresh)."""
+        if self._autocommit is None:
+            with self.transaction(tenant_id) as tx:
+                return tx.load(principal_id)
+        row = self._call(_READ_PRINCIPAL_PG, (tenant_id, principal_id))
+        return _principal_memory(row)
+
+    def apply(self, tenant_id: str, change: Change) -> bool:
+        """See `MemoryStore.apply`."""
+        if self._autocommit is not None:
+            return bool(self._call(_APPLY_PG, _apply_params(tenant_id, change))[0])
+        with self.transaction(tenant_id, lock_principal=change.principal_id) as tx:
+            memory = tx.load(change.principal_id)
+            etag = memory.block.etag if memory.block is not None else ""
+            if (etag, memory.memory_enabled) != (change.expected_etag, change.expected_enabled):
+                return False
+            if change.block is not None:
+                tx.put_block(change.principal_id, change.block)
+            if change.delete_block:
+                tx.delete_block(change.principal_id)
+                tx.redact_audit_lines(change.principal_id)
+            if change.settings is not None:
+                tx.put_settings(change.principal_id, change.settings)
+            tx.append_audit(change.event)
+            return True
+
+    def list_audit(self, tenant_id: str, query: AuditQuery) -> list[AuditEvent]:
+        """See `MemoryStore.list_audit`."""
+        with self.transaction(tenant_id) as tx:
+            return tx.list_audit(query)
+
+    def _call(self, sql: str, params: Any) -> tuple[Any, ...]:
+        """One autocommit statement on PostgreSQL, through psycopg directly; its one row."""
+        assert self._autocommit is not None
+        try:
+            pooled = self._autocommit.raw_connection()
+        except _UNAVAILABLE as error:
+            raise _unavailable(error) from error
+        try:
+            conn: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
+            row = conn.execute(sql, params).fetchone()
+        except psycopg.OperationalError as error:
+            pooled.invalidate(error)
+            raise _unavailable(error) from error
+        finally:
+            pooled.close()
+        assert row is not None  # both functions always return one row
+        return tuple(row)
+
     @contextmanager
     def transaction(
         self, tenant_id: str, *, lock_principal: str | None = None
     ) -> Iterator[SqlMemoryTransaction]:
-        """See `MemoryStore.transaction`. Store outages become STORE_UNAVAILABLE."""
+        """A unit of work in one tenant, through SQLAlchemy; commits when the block exits
+        cleanly. With `lock_principal`, writers of that principal are serialized first (even
+        when it has no row yet). Store outages become STORE_UNAVAILABLE.
+
+        On SQLite this is how every operation runs; on PostgreSQL it serves the audit listing
+        (and tests that prepare data).
+        """
         writer = self._sqlite_writer if lock_principal is not None else None
         try:
             with writer or nullcontext(), self._engine.connect() as conn:
                 if lock_principal is not None:
                     conn.execution_options(**{WRITE_OPTION: True})
                 with conn.begin():
-                    tx = (
-                        PostgresMemoryTransaction(conn, tenant_id)
-                        if self._postgres
-                        else SqlMemoryTransaction(conn, tenant_id)
-                    )
+                    tx = SqlMemoryTransaction(conn, tenant_id, self._postgres)
                     tx.begin(lock_principal)
                     yield tx
         except _UNAVAILABLE as error:
             raise _unavailable(error) from error
+
+
+def _apply_params(tenant_id: str, change: Change) -> dict[str, Any]:
+    block, settings, event = change.block, change.settings, change.event
+    return {
+        "tenant": tenant_id,
+        "principal": change.principal_id,
+        "expected_etag": change.expected_etag,
+        "expected_enabled": change.expected_enabled,
+        "block_text": block.text if block else None,
+        "block_etag": block.etag if block else None,
+        "block_time": block.update_time if block else None,
+        "delete_block": change.delete_block,
+        "settings_enabled": settings.memory_enabled if settings else None,
+        "settings_time": settings.update_time if settings else None,
+        **_event_params(event),
+        "removed_lines": Json(list(event.removed_lines)),
+        "added_lines": Json(list(event.added_lines)),
+    }
+
+
+def _event_params(event: NewAuditEvent) -> dict[str, Any]:
+    """An audit event's columns (the same for the SQL insert and the PostgreSQL function)."""
+    return {
+        "action": event.action.value,
+        "writer": event.writer.value,
+        "create_time": event.create_time,
+        "removed_lines": list(event.removed_lines),
+        "added_lines": list(event.added_lines),
+        "removed_line_count": event.removed_line_count,
+        "added_line_count": event.added_line_count,
+        "char_count": event.char_count,
+        "memory_enabled": event.memory_enabled,
+    }
 
 
 # Statements are built once: constructing a SQLAlchemy statement costs more than running it
@@ -163,11 +238,7 @@ _LOAD = select(
     .outerjoin(_s, (_s.c.tenant_id == _T) & (_s.c.principal_id == _P))
 )
 _DELETE_BLOCK = delete(_b).where(_b.c.tenant_id == _T, _b.c.principal_id == _P)
-_APPEND_AUDIT = (
-    insert(audit_events)
-    .values({c.name: bindparam(c.name) for c in audit_events.c if c.name != "event_id"})
-    .inline()  # no RETURNING: the id is not needed
-)
+_APPEND_AUDIT = insert(audit_events)
 _REDACT_AUDIT_LINES = (
     update(audit_events)
     .where(
@@ -176,22 +247,21 @@ _REDACT_AUDIT_LINES = (
     )
     .values(removed_lines=[], added_lines=[])
 )
-# PostgreSQL: the service role may not UPDATE the audit log, so blanking goes through a
-# SECURITY DEFINER function (migration 0002) that can change nothing but the line arrays.
-_REDACT_AUDIT_LINES_PG = text("SELECT memoria_redact_audit_lines(:principal)")
-
 # PostgreSQL: scope the transaction to one tenant for row-level security. `set_config(...,
 # true)` lasts until the transaction ends, so a pooled connection never carries a tenant into
 # the next one. A writer also takes an advisory lock on the principal (it exists even when the
 # principal has no row yet, unlike SELECT ... FOR UPDATE) and announces the principal on the
 # change channel; PostgreSQL delivers the NOTIFY only if the transaction commits, and other
-# replicas drop their cached copy (storage/cache.py).
+# replicas drop their cached copy (storage/cache.py). memoria_apply() does the same.
 _SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
 _SET_TENANT_AND_LOCK = text(
     "SELECT set_config('app.tenant_id', :tenant, true), "
     "pg_advisory_xact_lock(hashtextextended(:key, 0)), "
     f"pg_notify('{CHANGE_CHANNEL}', :key)"
 )
+# The service role may not UPDATE the audit log, so blanking goes through a SECURITY DEFINER
+# function (migration 0002) that can change nothing but the line arrays.
+_REDACT_AUDIT_LINES_PG = text("SELECT memoria_redact_audit_lines(:principal)")
 
 
 def _upsert(dialect: Any, table: Table, columns: tuple[str, ...]) -> Any:
@@ -214,31 +284,31 @@ _UPSERTS = {
 
 
 class SqlMemoryTransaction:
-    """`MemoryTransaction` on one connection inside one open transaction (SQLite)."""
+    """One unit of work on one connection inside one open transaction, in one tenant."""
 
-    DIALECT = "sqlite"
-
-    def __init__(self, conn: Connection, tenant_id: str):
+    def __init__(self, conn: Connection, tenant_id: str, postgres: bool):
         self._conn = conn
         self._tenant = tenant_id
-        self._put_block, self._put_settings = _UPSERTS[self.DIALECT]
-        self._redact: Any = _REDACT_AUDIT_LINES
+        self._postgres = postgres
+        self._put_block, self._put_settings = _UPSERTS["postgresql" if postgres else "sqlite"]
 
     def begin(self, lock_principal: str | None) -> None:
-        """Whatever the dialect needs at the start (SQLite: its lock is taken by BEGIN)."""
-
-    def _execute(self, stmt: Any, params: dict[str, Any]) -> None:
-        self._conn.execute(stmt, params)
-
-    def _fetch_one(self, stmt: Any, params: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(self._conn.execute(stmt, params).one())
+        """PostgreSQL: scope to the tenant and lock the writer's principal (SQLite's writers
+        are serialized by BEGIN IMMEDIATE and the store's lock)."""
+        if not self._postgres:
+            return
+        if lock_principal is None:
+            self._conn.execute(_SET_TENANT, {"tenant": self._tenant})
+        else:
+            key = f"{self._tenant}{KEY_SEPARATOR}{lock_principal}"
+            self._conn.execute(_SET_TENANT_AND_LOCK, {"tenant": self._tenant, "key": key})
 
     def load(self, principal_id: str) -> PrincipalMemory:
         params = {"tenant_id": self._tenant, "principal_id": principal_id}
-        return _principal_memory(self._fetch_one(_LOAD, params))
+        return _principal_memory(tuple(self._conn.execute(_LOAD, params).one()))
 
     def put_block(self, principal_id: str, block: StoredBlock) -> None:
-        self._execute(
+        self._conn.execute(
             self._put_block,
             {
                 "tenant_id": self._tenant,
@@ -250,10 +320,10 @@ class SqlMemoryTransaction:
         )
 
     def delete_block(self, principal_id: str) -> None:
-        self._execute(_DELETE_BLOCK, {"tenant_id": self._tenant, "principal_id": principal_id})
+        self._conn.execute(_DELETE_BLOCK, {"tenant_id": self._tenant, "principal_id": principal_id})
 
     def put_settings(self, principal_id: str, settings: StoredSettings) -> None:
-        self._execute(
+        self._conn.execute(
             self._put_settings,
             {
                 "tenant_id": self._tenant,
@@ -264,24 +334,14 @@ class SqlMemoryTransaction:
         )
 
     def redact_audit_lines(self, principal_id: str) -> None:
-        self._execute(self._redact, {"tenant": self._tenant, "principal": principal_id})
+        """Blank the line content of the principal's audit events (counts stay)."""
+        stmt = _REDACT_AUDIT_LINES_PG if self._postgres else _REDACT_AUDIT_LINES
+        self._conn.execute(stmt, {"tenant": self._tenant, "principal": principal_id})
 
     def append_audit(self, event: NewAuditEvent) -> None:
-        self._execute(
+        self._conn.execute(
             _APPEND_AUDIT,
-            {
-                "tenant_id": self._tenant,
-                "principal_id": event.principal_id,
-                "action": event.action.value,
-                "writer": event.writer.value,
-                "create_time": event.create_time,
-                "removed_lines": list(event.removed_lines),
-                "added_lines": list(event.added_lines),
-                "removed_line_count": event.removed_line_count,
-                "added_line_count": event.added_line_count,
-                "char_count": event.char_count,
-                "memory_enabled": event.memory_enabled,
-            },
+            {"tenant_id": self._tenant, "principal_id": event.principal_id, **_event_params(event)},
         )
 
     def list_audit(self, query: AuditQuery) -> list[AuditEvent]:
@@ -299,54 +359,6 @@ class SqlMemoryTransaction:
             stmt = stmt.where(a.c.event_id < query.before_event_id)
         stmt = stmt.order_by(a.c.event_id.desc()).limit(query.limit)
         return [_audit_event(row) for row in self._conn.execute(stmt)]
-
-
-_PG_DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
-_PG_SQL: dict[Any, str] = {}
-
-
-def _pg_sql(stmt: Any) -> str:
-    """A statement compiled once for psycopg (`%(name)s` parameters)."""
-    sql = _PG_SQL.get(stmt)
-    if sql is None:
-        sql = _PG_SQL[stmt] = str(stmt.compile(dialect=_PG_DIALECT))
-    return sql
-
-
-class PostgresMemoryTransaction(SqlMemoryTransaction):
-    """The same unit of work on PostgreSQL, its statements sent through psycopg directly.
-
-    The statements are the SQLAlchemy ones above, compiled once. Measured on the write path,
-    SQLAlchemy's execution layer cost several times the round trips themselves; SQLAlchemy
-    still owns the connection, the transaction (commit, rollback) and the audit queries.
-    """
-
-    DIALECT = "postgresql"
-
-    def __init__(self, conn: Connection, tenant_id: str):
-        super().__init__(conn, tenant_id)
-        self._raw: psycopg.Connection[Any] = conn.connection.driver_connection  # type: ignore[assignment]
-        self._redact = _REDACT_AUDIT_LINES_PG
-
-    def begin(self, lock_principal: str | None) -> None:
-        if lock_principal is None:
-            self._execute(_SET_TENANT, {"tenant": self._tenant})
-        else:
-            key = f"{self._tenant}{KEY_SEPARATOR}{lock_principal}"
-            self._execute(_SET_TENANT_AND_LOCK, {"tenant": self._tenant, "key": key})
-
-    def _execute(self, stmt: Any, params: dict[str, Any]) -> None:
-        self._raw.execute(_pg_sql(stmt), _pg_params(params))
-
-    def _fetch_one(self, stmt: Any, params: dict[str, Any]) -> tuple[Any, ...]:
-        row = self._raw.execute(_pg_sql(stmt), _pg_params(params)).fetchone()
-        assert row is not None
-        return tuple(row)
-
-
-def _pg_params(params: dict[str, Any]) -> dict[str, Any]:
-    """Lists go to json columns: psycopg needs them wrapped."""
-    return {k: Json(v) if isinstance(v, list) else v for k, v in params.items()}
 
 
 def _principal_memory(row: tuple[Any, ...]) -> PrincipalMemory:

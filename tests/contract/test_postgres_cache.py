@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from server.domain.model import StoredBlock
+from server.domain.model import AuditAction, Change, NewAuditEvent, StoredBlock, Writer
 from server.storage.cache import (
     LISTENER_APPLICATION_NAME,
     CachedMemoryStore,
@@ -73,8 +73,11 @@ def replicas(postgres: PgDatabase) -> Iterator[tuple[Replica, Replica]]:
 
 
 def write(replica: Replica, tenant: str, text: str) -> None:
-    with replica.cache.transaction(tenant, lock_principal="ana") as tx:
-        tx.put_block("ana", StoredBlock(text, text, NOW))
+    current = replica.cache.read(tenant, "ana", fresh=True).block
+    event = NewAuditEvent("ana", AuditAction.BLOCK_REWRITTEN, Writer.USER, NOW)
+    expected = current.etag if current is not None else ""
+    change = Change("ana", expected, True, event, block=StoredBlock(text, text, NOW))
+    assert replica.cache.apply(tenant, change)
 
 
 def test_a_write_on_one_replica_reaches_the_others_cache(
@@ -95,6 +98,7 @@ def test_a_rolled_back_write_announces_nothing(
     a, b = replicas
     write(a, tenant, "kept")
     b.cache.invalidated.clear()
+    # A unit of work that fails after writing: its NOTIFY must never be delivered.
     with pytest.raises(RuntimeError), a.store.transaction(tenant, lock_principal="ana") as tx:
         tx.put_block("ana", StoredBlock("rolled back", "x", NOW))
         raise RuntimeError

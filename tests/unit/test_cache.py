@@ -6,7 +6,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from server.domain.model import PrincipalMemory, StoredBlock
+from server.domain.model import (
+    AuditAction,
+    Change,
+    NewAuditEvent,
+    PrincipalMemory,
+    StoredBlock,
+    Writer,
+)
 from server.storage.cache import CachedMemoryStore
 from tests.fakes import InMemoryMemoryStore
 
@@ -31,101 +38,129 @@ def cached(inner: InMemoryMemoryStore, **extra: object) -> CachedMemoryStore:
     return CachedMemoryStore(inner, **options)  # type: ignore[arg-type]
 
 
-def write(store: CachedMemoryStore, text: str, principal: str = "ana") -> None:
-    with store.transaction("t", lock_principal=principal) as tx:
-        tx.put_block(principal, StoredBlock(text, text, NOW))
+def write(store: CachedMemoryStore, text: str, principal: str = "ana") -> bool:
+    current = store.read("t", principal, fresh=True).block
+    event = NewAuditEvent(principal, AuditAction.BLOCK_REWRITTEN, Writer.USER, NOW)
+    change = Change(
+        principal_id=principal,
+        expected_etag=current.etag if current else "",
+        expected_enabled=True,
+        event=event,
+        block=StoredBlock(text, text, NOW),
+    )
+    return store.apply("t", change)
+
+
+def text_of(store: CachedMemoryStore, principal: str = "ana") -> str:
+    block = store.read("t", principal).block
+    assert block is not None
+    return block.text
 
 
 def test_second_read_is_served_from_memory(inner: InMemoryMemoryStore) -> None:
     store = cached(inner)
     write(store, "one")
-    before = inner.transactions
-    assert store.read("t", "ana").block.text == "one"  # type: ignore[union-attr]
-    assert store.read("t", "ana").block.text == "one"  # type: ignore[union-attr]
-    assert inner.transactions == before + 1
+    before = inner.reads
+    assert text_of(store) == "one"
+    assert text_of(store) == "one"
+    assert inner.reads == before + 1
+
+
+def test_fresh_reads_bypass_the_cache(inner: InMemoryMemoryStore) -> None:
+    store = cached(inner)
+    write(store, "one")
+    text_of(store)
+    before = inner.reads
+    store.read("t", "ana", fresh=True)
+    assert inner.reads == before + 1
 
 
 def test_a_write_is_read_back_at_once(inner: InMemoryMemoryStore) -> None:
     store = cached(inner)
     write(store, "one")
-    store.read("t", "ana")
-    write(store, "two")
-    assert store.read("t", "ana").block.text == "two"  # type: ignore[union-attr]
+    text_of(store)
+    assert write(store, "two")
+    assert text_of(store) == "two"
 
 
 def test_a_write_forgets_only_its_principal(inner: InMemoryMemoryStore) -> None:
     store = cached(inner)
     write(store, "ana's")
     write(store, "bob's", principal="bob")
-    store.read("t", "ana")
-    store.read("t", "bob")
-    before = inner.transactions
+    text_of(store)
+    text_of(store, "bob")
     write(store, "ana's again")
-    store.read("t", "bob")
-    assert inner.transactions == before + 1  # the write; bob still cached
+    before = inner.reads
+    assert text_of(store, "bob") == "bob's"
+    assert inner.reads == before  # bob still cached
+    assert text_of(store) == "ana's again"
 
 
-def test_failed_write_still_forgets(inner: InMemoryMemoryStore) -> None:
+def test_a_refused_write_still_forgets(inner: InMemoryMemoryStore) -> None:
     store = cached(inner)
     write(store, "one")
-    store.read("t", "ana")
-    with pytest.raises(RuntimeError), store.transaction("t", lock_principal="ana"):
-        raise RuntimeError
-    before = inner.transactions
-    store.read("t", "ana")
-    assert inner.transactions == before + 1
+    text_of(store)
+    stale = Change(
+        "ana",
+        "not-the-etag",
+        True,
+        NewAuditEvent("ana", AuditAction.BLOCK_DELETED, Writer.USER, NOW),
+    )
+    assert not store.apply("t", stale)
+    before = inner.reads
+    text_of(store)
+    assert inner.reads == before + 1
 
 
 def test_a_read_racing_a_write_is_not_cached(inner: InMemoryMemoryStore) -> None:
     store = cached(inner)
     write(store, "old")
 
-    class RacingInner:
-        """Returns the old value, while a write commits and invalidates mid-read."""
+    class RacingInner(InMemoryMemoryStore):
+        """Returns the old value while a write commits and invalidates mid-read."""
 
-        def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
+        def read(
+            self, tenant_id: str, principal_id: str, *, fresh: bool = False
+        ) -> PrincipalMemory:
             value = inner.read(tenant_id, principal_id)
+            store._inner = inner
             write(store, "new")
             return value
 
-        def transaction(self, *args: object, **kwargs: object) -> object:
-            return inner.transaction(*args, **kwargs)  # type: ignore[arg-type]
-
-    store._inner = RacingInner()  # type: ignore[assignment]
-    assert store.read("t", "ana").block.text == "old"  # type: ignore[union-attr]
-    store._inner = inner
-    assert store.read("t", "ana").block.text == "new"  # type: ignore[union-attr]
+    store._inner = RacingInner()
+    assert text_of(store) == "old"  # the racing read answers what it read...
+    assert text_of(store) == "new"  # ...but did not cache it
 
 
 def test_disabled_cache_always_reads_the_store(inner: InMemoryMemoryStore) -> None:
     store = cached(inner, enabled=False)
     write(store, "one")
-    before = inner.transactions
-    store.read("t", "ana")
-    store.read("t", "ana")
-    assert inner.transactions == before + 2
+    before = inner.reads
+    text_of(store)
+    text_of(store)
+    assert inner.reads == before + 2
     store.reset(enabled=True)
-    store.read("t", "ana")
-    store.read("t", "ana")
-    assert inner.transactions == before + 3
+    text_of(store)
+    text_of(store)
+    assert inner.reads == before + 3
 
 
 def test_reset_forgets_everything(inner: InMemoryMemoryStore) -> None:
     store = cached(inner)
     write(store, "one")
-    store.read("t", "ana")
+    text_of(store)
     inner.blocks[("t", "ana")] = StoredBlock("changed by hand", "e", NOW)
     store.reset(enabled=True)
-    assert store.read("t", "ana").block.text == "changed by hand"  # type: ignore[union-attr]
+    assert text_of(store) == "changed by hand"
 
 
 def test_entries_expire(inner: InMemoryMemoryStore) -> None:
     clock = Clock()
     store = cached(inner, ttl_seconds=60.0, timer=clock)
     write(store, "one")
-    store.read("t", "ana")
+    text_of(store)
     inner.blocks[("t", "ana")] = StoredBlock("changed by hand", "e", NOW)
     clock.now = 59.0
-    assert store.read("t", "ana").block.text == "one"  # type: ignore[union-attr]
+    assert text_of(store) == "one"
     clock.now = 61.0
-    assert store.read("t", "ana").block.text == "changed by hand"  # type: ignore[union-attr]
+    assert text_of(store) == "changed by hand"

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from server.domain.errors import ErrorReason, MemoriaError
-from server.domain.memory import MemoryBlocks, render_header
-from server.domain.model import AuditAction, Identity, StoredBlock, Writer
+from server.domain.memory import MAX_WRITE_ATTEMPTS, MemoryBlocks, render_header
+from server.domain.model import AuditAction, Change, Identity, PrincipalMemory, StoredBlock, Writer
 from tests.fakes import InMemoryMemoryStore
 
 ANA = Identity("acme", "ana")
@@ -270,3 +270,62 @@ def test_the_model_may_turn_memory_off_but_never_back_on(
     assert not blocks.settings(ANA).memory_enabled
     assert blocks.update_settings(ANA, Writer.USER, memory_enabled=True).memory_enabled
     assert events(store) == [AuditAction.SETTINGS_UPDATED, AuditAction.SETTINGS_UPDATED]
+
+
+class StaleFirstRead(InMemoryMemoryStore):
+    """Answers the first non-fresh read with a snapshot taken earlier, like a stale cache."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stale: PrincipalMemory | None = None
+
+    def read(self, tenant_id: str, principal_id: str, *, fresh: bool = False) -> PrincipalMemory:
+        if not fresh and self.stale is not None:
+            stale, self.stale = self.stale, None
+            return stale
+        return super().read(tenant_id, principal_id, fresh=fresh)
+
+
+def test_a_write_decided_on_stale_state_is_decided_again() -> None:
+    store = StaleFirstRead()
+    blocks = MemoryBlocks(store, Clock())
+    blocks.rewrite(ANA, "one", Writer.MODEL)
+    store.stale = store.read("acme", "ana")
+    blocks.rewrite(ANA, "two", Writer.MODEL)
+    result = blocks.rewrite(ANA, "three", Writer.MODEL)  # first decided on "one"
+    assert result.removed_lines == ("two",)  # the diff is against what it really replaced
+    assert blocks.get(ANA).text == "three"
+
+
+def test_a_refusal_is_never_based_on_stale_state() -> None:
+    store = StaleFirstRead()
+    blocks = MemoryBlocks(store, Clock())
+    blocks.rewrite(ANA, "one", Writer.USER)
+    store.stale = store.read("acme", "ana")
+    current = blocks.rewrite(ANA, "two", Writer.MODEL).block.etag
+    # The stale snapshot's etag differs from `current`; the write must still succeed.
+    assert blocks.rewrite(ANA, "three", Writer.USER, etag=current).changed
+
+
+def test_a_no_op_is_never_based_on_stale_state() -> None:
+    store = StaleFirstRead()
+    blocks = MemoryBlocks(store, Clock())
+    blocks.rewrite(ANA, "same", Writer.USER)
+    store.stale = store.read("acme", "ana")
+    blocks.rewrite(ANA, "changed meanwhile", Writer.MODEL)
+    assert blocks.rewrite(ANA, "same", Writer.USER).changed  # stale said "no change"
+    assert blocks.get(ANA).text == "same"
+
+
+def test_endless_lost_races_end_in_write_conflict() -> None:
+    class AlwaysRaced(InMemoryMemoryStore):
+        def apply(self, tenant_id: str, change: Change) -> bool:
+            self.applies += 1
+            return False
+
+    store = AlwaysRaced()
+    with pytest.raises(MemoriaError) as excinfo:
+        MemoryBlocks(store, Clock()).rewrite(ANA, "text", Writer.MODEL)
+    assert reason(excinfo) is ErrorReason.WRITE_CONFLICT
+    assert store.applies == MAX_WRITE_ATTEMPTS
+    assert store.blocks == {}

@@ -71,6 +71,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """Status INTERNAL. An unexpected server error. Details are in the server log
     under the trace id given in ErrorInfo metadata `trace_id`.
     """
+    ERROR_REASON_WRITE_CONFLICT: _ErrorReason.ValueType  # 11
+    """Status ABORTED. Other writes to the caller's memory kept landing while
+    this one was being applied (it lost 100 races in a row). Nothing was
+    saved; retry the write.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason names every reason Memoria puts in the `reason` field of the
@@ -130,5 +135,10 @@ was changed; the call is safe to retry with backoff.
 ERROR_REASON_INTERNAL: ErrorReason.ValueType  # 10
 """Status INTERNAL. An unexpected server error. Details are in the server log
 under the trace id given in ErrorInfo metadata `trace_id`.
+"""
+ERROR_REASON_WRITE_CONFLICT: ErrorReason.ValueType  # 11
+"""Status ABORTED. Other writes to the caller's memory kept landing while
+this one was being applied (it lost 100 races in a row). Nothing was
+saved; retry the write.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
