@@ -76,8 +76,11 @@ class Settings(BaseSettings):
     read_cache_ttl_seconds: float = Field(
         60, gt=0, le=3600, description="bound on staleness for rows changed outside Memoria"
     )
-    threads: int = Field(16, ge=1, le=256, description="gRPC worker threads")
-    db_pool_size: int = Field(16, ge=1, le=256)
+    # 8: one Python process is bound by one core (the GIL); measured on 2 cores, 16 threads
+    # lost 10-20% of throughput to GIL hand-offs against 4 or 8 (bench/README.md), and 8
+    # still overlaps database round trips when the database is across a network.
+    threads: int = Field(8, ge=1, le=256, description="gRPC worker threads")
+    db_pool_size: int = Field(8, ge=1, le=256, description="connections per pool")
     max_receive_message_bytes: int = Field(1 << 20, ge=16 << 10)
     max_send_message_bytes: int = Field(16 << 20, ge=1 << 20)
     shutdown_grace_seconds: float = Field(10, ge=0, le=300)

@@ -28,7 +28,7 @@ from server.domain.model import (
     Writer,
 )
 from server.domain.ports import Clock, MemoryStore
-from server.domain.text import char_count, diff_lines, lines_of, sanitize, truncate_line
+from server.domain.text import diff_lines, lines_of, sanitize, sanitize_and_count, truncate_line
 
 R = TypeVar("R")
 
@@ -121,8 +121,8 @@ class MemoryBlocks:
             return BlockView("", 0, self._limit, "", None)
         # Sanitize on load too: rows written by other means (SQL, older versions) are cleaned
         # before they can reach a prompt.
-        text = sanitize(block.text)
-        return BlockView(text, char_count(text), self._limit, block.etag, block.update_time)
+        text, count = sanitize_and_count(block.text)
+        return BlockView(text, count, self._limit, block.etag, block.update_time)
 
     def get(self, who: Identity) -> BlockView:
         """The caller's block; an empty view when there is none (not an error)."""
@@ -141,8 +141,7 @@ class MemoryBlocks:
         self, who: Identity, text: str, writer: Writer, etag: str | None = None
     ) -> RewriteResult:
         """Replace the caller's whole block with `text`; see the module rules."""
-        new_text = sanitize(text)
-        count = char_count(new_text)
+        new_text, count = sanitize_and_count(text)
         if count == 0:
             raise MemoriaError(
                 ErrorReason.BLOCK_EMPTY,
@@ -184,7 +183,8 @@ class MemoryBlocks:
                 added_line_count=len(diff.added),
                 char_count=count,
             )
-            result = RewriteResult(self._view(stored), diff.removed, diff.added, changed=True)
+            view = BlockView(new_text, count, self._limit, stored.etag, stored.update_time)
+            result = RewriteResult(view, diff.removed, diff.added, changed=True)
             return _change(memory, event, block=stored), result
 
         return self._write(who, decide)

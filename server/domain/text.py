@@ -59,6 +59,7 @@ _INVISIBLE = _invisible_class()
 # can use; a run of them is invisible payload (data smuggled one byte per selector). Keep the
 # first of each run, so emoji (U+FE0F) and ideographic variation sequences still render.
 _SELECTOR_RUN = re.compile(f"([{VARIATION_SELECTORS}])[{VARIATION_SELECTORS}]+")
+_FIRST_SELECTOR = "\ufe00"  # no text whose largest code point is below this has a selector
 
 
 def sanitize(text: str) -> str:
@@ -71,18 +72,30 @@ def sanitize(text: str) -> str:
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = _INVISIBLE.sub("", text)
-    text = _SELECTOR_RUN.sub(r"\1", text)
-    if not text.isascii():  # ASCII is already NFC; skip the call on the common case
+    if not text.isascii():  # ASCII is already NFC and has no selectors: the common case
+        if max(text) >= _FIRST_SELECTOR:
+            text = _SELECTOR_RUN.sub(r"\1", text)
         text = unicodedata.normalize("NFC", text)
     return text.strip()
+
+
+def sanitize_and_count(text: str) -> tuple[str, int]:
+    """`sanitize(text)` and its character count, for callers that need both (one pass).
+
+    The count of a block is the number of Unicode code points of the sanitized, stripped
+    text; this function and `char_count` are the only places that define it.
+    """
+    clean = sanitize(text)
+    return clean, len(clean)
 
 
 def char_count(text: str) -> int:
     """The character count of a block: Unicode code points of the sanitized, stripped text.
 
-    The limit check, the rendered header and the counts the API reports all call this.
+    The limit check, the rendered header and the counts the API reports all come from here or
+    from `sanitize_and_count`.
     """
-    return len(sanitize(text))
+    return sanitize_and_count(text)[1]
 
 
 def lines_of(text: str) -> list[str]:
