@@ -76,10 +76,16 @@ from server.storage import migrate
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.tables import memory_blocks
 
+# procs.py sits beside this script; the repository root holds tests/, whose helper finds the
+# throwaway PostgreSQL exactly as the tests do.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from procs import stop_process
+
+from tests.postgres_server import pg_urls
+
 HOST = "127.0.0.1"  # the only address this script binds or targets
 REPO = Path(__file__).resolve().parent.parent
 GHZ_SH = REPO / "bench" / "ghz.sh"
-PG_SH = REPO / "scripts" / "pg.sh"
 
 TENANT = "bench"
 DB_NAME = "memoria_bench"
@@ -262,30 +268,6 @@ class Database:
         return sum(int(n) for _, n in rows), {str(p) for p, _ in rows}
 
 
-def pg_urls() -> tuple[str, str]:
-    """The owner's and the service role's URLs: from the environment, else scripts/pg.sh."""
-    owner = os.environ.get("MEMORIA_TEST_PG_OWNER_URL")
-    app = os.environ.get("MEMORIA_TEST_PG_APP_URL")
-    if owner and app:
-        return owner, app
-    out = subprocess.run(
-        ["bash", str(PG_SH), "start"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        start_new_session=True,
-    )
-    if out.returncode != 0:
-        raise SystemExit(f"scripts/pg.sh start failed:\n{out.stderr[-2000:]}")
-    urls = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in out.stdout.splitlines()
-        if line.startswith("export ")
-    )
-    return urls["MEMORIA_TEST_PG_OWNER_URL"], urls["MEMORIA_TEST_PG_APP_URL"]
-
-
 def _check_loopback(url: str) -> None:
     host = make_url(url).host
     if host not in (HOST, "localhost"):
@@ -453,13 +435,7 @@ class ServerProcess:
         return self._log.read().decode(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=SERVER_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, SERVER_STOP_TIMEOUT_S)
         self._log.close()
 
 

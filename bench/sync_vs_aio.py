@@ -67,6 +67,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from procs import stop_process  # bench/, the script's own folder
+
 HOST = "127.0.0.1"  # the only address this script ever binds or targets
 CALL = "grpc.health.v1.Health/Check"
 BENCH_DIR = Path(__file__).resolve().parent
@@ -87,29 +89,16 @@ def _add_reflection(server: Any, aio: bool) -> None:
     """Enable server reflection (v1alpha, the only one grpcio-reflection has).
 
     Stock grpc-python reflection cannot resolve a *method* symbol such as
-    ``grpc.health.v1.Health.Check`` (grpc/grpc#34743, still open in 1.85):
-    ``FileContainingSymbol`` answers NOT_FOUND. ghz asks for exactly that
-    symbol, so ``ghz --call grpc.health.v1.Health/Check`` fails with
-    "Symbol not found". The subclass below falls back to the enclosing service,
-    which is what other languages' reflection servers do. It only affects the
-    one reflection lookup ghz makes per run, never the measured Check path.
+    ``grpc.health.v1.Health.Check`` (grpc/grpc#34743), which ``ghz --call`` asks
+    for; the servers here use the service's own fix (server/rpc/reflection.py).
+    It only affects the one reflection lookup ghz makes per run, never the
+    measured Check path.
     """
     from grpc_health.v1 import health_pb2
     from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
-    class MethodSymbolFix:
-        _pool: Any
-
-        def _file_containing_symbol(self, request: Any, fully_qualified_name: str) -> Any:
-            parent, _, method = fully_qualified_name.rpartition(".")
-            try:
-                if method in self._pool.FindServiceByName(parent).methods_by_name:
-                    fully_qualified_name = parent
-            except KeyError:
-                pass  # not "<service>.<method>": look the symbol up as is
-            return super()._file_containing_symbol(  # type: ignore[misc]
-                request, fully_qualified_name
-            )
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from server.rpc.reflection import MethodSymbolFallback as MethodSymbolFix
 
     class SyncServicer(MethodSymbolFix, reflection.ReflectionServicer):  # type: ignore[misc]
         pass
@@ -256,13 +245,7 @@ class ServerProcess:
         return self._stderr.read().decode(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=SERVER_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, SERVER_STOP_TIMEOUT_S)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self._stderr.close()

@@ -10,7 +10,6 @@ never skip: they fail if PostgreSQL cannot be had, and the run fails if none of 
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from server.storage import migrate
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.sql import SqlMemoryStore
 from tests.fakes import InMemoryMemoryStore
+from tests.postgres_server import pg_urls
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_POSTGRES = os.environ.get("MEMORIA_REQUIRE_POSTGRES") == "1"
@@ -39,32 +39,11 @@ class PgDatabase:
     app_url: str
 
 
-def _pg_urls() -> tuple[str, str]:
-    owner = os.environ.get("MEMORIA_TEST_PG_OWNER_URL")
-    app = os.environ.get("MEMORIA_TEST_PG_APP_URL")
-    if owner and app:
-        return owner, app
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "pg.sh"), "start"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"scripts/pg.sh start failed:\n{out.stderr[-2000:]}")
-    urls = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in out.stdout.splitlines()
-        if line.startswith("export ")
-    )
-    return urls["MEMORIA_TEST_PG_OWNER_URL"], urls["MEMORIA_TEST_PG_APP_URL"]
-
-
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PgDatabase]:
     """A fresh PostgreSQL database for this session, migrated, with grants for the service."""
     try:
-        owner_url, app_url = _pg_urls()
+        owner_url, app_url = pg_urls()
         admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
         with admin.connect() as conn:
             conn.execute(text("SELECT 1"))

@@ -2,7 +2,7 @@
 
 Stock grpc-python reflection cannot resolve a method symbol such as
 `memoria.v1.MemoryBlockService.RenderMemoryBlock` (grpc/grpc#34743, open in 1.85):
-FileContainingSymbol answers NOT_FOUND, and `ghz --call` asks for exactly that. This servicer
+FileContainingSymbol answers NOT_FOUND, and `ghz --call` asks for exactly that. The mixin
 falls back to the enclosing service, as the reflection servers of other languages do.
 """
 
@@ -15,8 +15,9 @@ import grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 
-class MethodAwareReflectionServicer(reflection.ReflectionServicer):
-    """ReflectionServicer whose FileContainingSymbol also accepts `<service>.<method>`."""
+class MethodSymbolFallback:
+    """Mixin for a ReflectionServicer (sync or aio): FileContainingSymbol also accepts
+    `<service>.<method>`."""
 
     _pool: Any
 
@@ -27,7 +28,11 @@ class MethodAwareReflectionServicer(reflection.ReflectionServicer):
                 fully_qualified_name = parent
         except KeyError:
             pass  # not "<service>.<method>": look the symbol up as it is
-        return super()._file_containing_symbol(request, fully_qualified_name)
+        return super()._file_containing_symbol(request, fully_qualified_name)  # type: ignore[misc]
+
+
+class MethodAwareReflectionServicer(MethodSymbolFallback, reflection.ReflectionServicer):
+    """The sync ReflectionServicer with the method-symbol fallback."""
 
 
 def enable_reflection(service_names: Iterable[str], server: grpc.Server) -> None:
