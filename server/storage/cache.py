@@ -123,12 +123,10 @@ class PostgresChangeListener:
         target: Invalidations,
         *,
         check_seconds: float = 1.0,
-        on_listening: Callable[[], None] | None = None,
     ):
         self._conninfo = conninfo
         self._target = target
         self._check = check_seconds
-        self._on_listening = on_listening
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memoria-listen", daemon=True)
 
@@ -153,10 +151,10 @@ class PostgresChangeListener:
                     conn.execute(f"LISTEN {CHANGE_CHANNEL}")
                     self._target.reset(enabled=True)
                     log.info("read cache on: listening for memory changes")
-                    if self._on_listening is not None:
-                        self._on_listening()
                     backoff = 0.2
                     while not self._stop.is_set():
+                        # psycopg keeps notifications that arrive during the liveness query
+                        # for the next notifies() call, so none is lost between the two.
                         for note in conn.notifies(timeout=self._check):
                             tenant, _, principal = note.payload.partition(KEY_SEPARATOR)
                             self._target.invalidate(tenant, principal)
