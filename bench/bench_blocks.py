@@ -79,13 +79,12 @@ from server.storage.tables import memory_blocks
 # procs.py sits beside this script; the repository root holds tests/, whose helper finds the
 # throwaway PostgreSQL exactly as the tests do.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from procs import stop_process
+from procs import find_ghz, stop_process
 
 from tests.postgres_server import pg_urls
 
 HOST = "127.0.0.1"  # the only address this script binds or targets
 REPO = Path(__file__).resolve().parent.parent
-GHZ_SH = REPO / "bench" / "ghz.sh"
 
 TENANT = "bench"
 DB_NAME = "memoria_bench"
@@ -494,15 +493,6 @@ def rpcs(population: Population) -> list[Rpc]:
         Rpc("render", f"{SERVICE}/RenderMemoryBlock", population.total),
         Rpc("rewrite", f"{SERVICE}/RewriteMemoryBlock", population.with_block, writes=True),
     ]
-
-
-def find_ghz() -> str:
-    """The ghz path printed by bench/ghz.sh (which installs it on first use)."""
-    out = subprocess.run(["bash", str(GHZ_SH)], stdout=subprocess.PIPE, check=False, timeout=600)
-    path = out.stdout.decode().strip().splitlines()[-1:] if out.returncode == 0 else []
-    if not path or not os.access(path[0], os.X_OK):
-        raise SystemExit(f"{GHZ_SH} failed (exit {out.returncode}); see its stderr above")
-    return path[0]
 
 
 @dataclass(frozen=True)

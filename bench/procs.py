@@ -1,8 +1,21 @@
-"""Process handling shared by the benchmark drivers."""
+"""Process handling shared by the benchmark drivers: the ghz binary, stopping a server."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+from pathlib import Path
+
+GHZ_SH = Path(__file__).resolve().parent / "ghz.sh"
+
+
+def find_ghz() -> str:
+    """The ghz path printed by bench/ghz.sh (which installs the pinned ghz on first use)."""
+    out = subprocess.run(["bash", str(GHZ_SH)], stdout=subprocess.PIPE, check=False, timeout=600)
+    path = out.stdout.decode().strip().splitlines()[-1:] if out.returncode == 0 else []
+    if not path or not os.access(path[0], os.X_OK):
+        raise SystemExit(f"{GHZ_SH} failed (exit {out.returncode}); see its stderr above")
+    return path[0]
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float) -> None:

@@ -67,12 +67,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from procs import stop_process  # bench/, the script's own folder
+from procs import find_ghz, stop_process  # bench/, the script's own folder
 
 HOST = "127.0.0.1"  # the only address this script ever binds or targets
 CALL = "grpc.health.v1.Health/Check"
-BENCH_DIR = Path(__file__).resolve().parent
-GHZ_SH = BENCH_DIR / "ghz.sh"
 
 SERVER_START_TIMEOUT_S = 20.0
 SERVER_STOP_TIMEOUT_S = 5.0
@@ -249,15 +247,6 @@ class ServerProcess:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self._stderr.close()
-
-
-def find_ghz() -> str:
-    """Return the ghz path printed by bench/ghz.sh (installing ghz if needed)."""
-    out = subprocess.run(["bash", str(GHZ_SH)], stdout=subprocess.PIPE, check=False, timeout=600)
-    path = out.stdout.decode().strip().splitlines()[-1:] if out.returncode == 0 else []
-    if not path or not os.access(path[0], os.X_OK):
-        raise SystemExit(f"{GHZ_SH} failed (exit {out.returncode}); see its stderr above")
-    return path[0]
 
 
 def run_ghz(ghz: str, port: int, args: Sequence[str], timeout_s: float) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +77,19 @@ def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
     finally:
         channel.close()
         running.stop(0)
+
+
+def expect_error(call: Callable[[], object], code: grpc.StatusCode, reason: str) -> grpc.RpcError:
+    """Run `call`, which must fail with `code` and an ErrorInfo of `reason` in memoria.v1."""
+    with pytest.raises(grpc.RpcError) as caught:
+        call()
+    error = caught.value
+    assert isinstance(error, grpc.Call)
+    assert error.code() == code, error.details()
+    info = error_info(error)
+    assert info.reason == reason
+    assert info.domain == "memoria.v1"
+    return error
 
 
 def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo:

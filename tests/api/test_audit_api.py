@@ -9,7 +9,7 @@ another tenant's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
@@ -20,7 +20,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from memoria.v1 import audit_service_pb2 as audit_pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
-from tests.api.conftest import Api, error_info, field_violations
+from tests.api.conftest import Api, expect_error, field_violations
 
 USER = block_pb.WRITER_USER
 MODEL = block_pb.WRITER_MODEL
@@ -69,19 +69,6 @@ def all_events(
         following.CopyFrom(request)  # the same filters, the next page
         following.page_token = page.next_page_token
         request = following
-
-
-def expect_error(call: Callable[[], object], code: grpc.StatusCode, reason: str) -> grpc.RpcError:
-    """Run `call`, which must fail with `code` and an ErrorInfo of `reason` in memoria.v1."""
-    with pytest.raises(grpc.RpcError) as caught:
-        call()
-    error = caught.value
-    assert isinstance(error, grpc.Call)
-    assert error.code() == code, error.details()
-    info = error_info(error)
-    assert info.reason == reason
-    assert info.domain == "memoria.v1"
-    return error
 
 
 def ids(events: Sequence[audit_pb.AuditEvent]) -> list[str]:

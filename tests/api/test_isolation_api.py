@@ -19,7 +19,7 @@ import pytest
 from memoria.v1 import audit_service_pb2 as audit_pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
-from tests.api.conftest import Api, error_info
+from tests.api.conftest import Api, expect_error
 
 USER = block_pb.WRITER_USER
 MODEL = block_pb.WRITER_MODEL
@@ -129,16 +129,6 @@ def world(api: Api) -> World:
 def assert_only_own(text: str, who: Identity, world: World) -> None:
     for other in world.others(who):
         assert other.marker not in text
-
-
-def expect_error(call: Callable[[], object], code: grpc.StatusCode, reason: str) -> None:
-    with pytest.raises(grpc.RpcError) as caught:
-        call()
-    error = caught.value
-    assert isinstance(error, grpc.Call)
-    assert error.code() == code, error.details()
-    info = error_info(error)
-    assert (info.reason, info.domain) == (reason, "memoria.v1")
 
 
 # --- reads -------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ ListAuditEvents) whether a call left an audit event behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +18,17 @@ from memoria.v1 import audit_service_pb2 as audit_pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
-from tests.api.conftest import Api, error_info, field_violations, server_settings, start_server
+from tests.api.conftest import (
+    Api,
+    error_info,
+    expect_error,
+    field_violations,
+    server_settings,
+    start_server,
+)
 
 USER = block_pb.WRITER_USER
 MODEL = block_pb.WRITER_MODEL
-DOMAIN = "memoria.v1"
 LIMIT = 4000
 
 
@@ -74,19 +79,6 @@ class Caller:
 def me(api: Api) -> Caller:
     """A principal of the test's fresh tenant, with nothing stored yet."""
     return Caller(api.blocks, api, api.who("p-1"))
-
-
-def expect_error(call: Callable[[], object], code: grpc.StatusCode, reason: str) -> grpc.RpcError:
-    """Run `call`, which must fail with `code` and an ErrorInfo of `reason` in memoria.v1."""
-    with pytest.raises(grpc.RpcError) as caught:
-        call()
-    error = caught.value
-    assert isinstance(error, grpc.Call)
-    assert error.code() == code, error.details()
-    info = error_info(error)
-    assert info.reason == reason
-    assert info.domain == DOMAIN
-    return error
 
 
 def header(count: str, limit: str = "4,000") -> str:
