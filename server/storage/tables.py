@@ -69,6 +69,3 @@ audit_events = Table(
     Index("audit_events_principal_idx", "tenant_id", "principal_id", "event_id"),
     Index("audit_events_tenant_idx", "tenant_id", "event_id"),
 )
-
-TENANT_TABLES = ("memory_blocks", "memory_settings", "audit_events")
-"""Tables under row-level security on PostgreSQL."""
