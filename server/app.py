@@ -117,7 +117,9 @@ def build_read_cache(
     if settings.database_url is None:
         return cache, None
     url = make_url(settings.database_url.get_secret_value()).set(drivername="postgresql")
-    listener = PostgresChangeListener(url.render_as_string(hide_password=False), cache)
+    listener = PostgresChangeListener(
+        url.render_as_string(hide_password=False), cache, own_origin=store.origin
+    )
     listener.start()
     return cache, listener
 

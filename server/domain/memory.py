@@ -279,13 +279,7 @@ class MemoryBlocks:
 
 def _change(memory: PrincipalMemory, event: NewAuditEvent, **what: Any) -> Change:
     """A change decided on `memory`: it applies only while that state still holds."""
-    return Change(
-        principal_id=event.principal_id,
-        expected_etag=memory.block.etag if memory.block is not None else "",
-        expected_enabled=memory.memory_enabled,
-        event=event,
-        **what,
-    )
+    return Change(principal_id=event.principal_id, decided_on=memory, event=event, **what)
 
 
 def _settings_view(settings: StoredSettings | None) -> SettingsView:

@@ -80,18 +80,33 @@ class NewAuditEvent:
 class Change:
     """One write to one principal's memory, with the state it was decided on.
 
-    `expected_etag` ("" for no block) and `expected_enabled` are what the decision read; the
-    store applies the change only if they still hold. `delete_block` also blanks the lines of
-    the principal's earlier audit events (deleted content is not kept anywhere).
+    The store applies it only while the block's etag and the memory setting are still those
+    of `decided_on`. `delete_block` also blanks the lines of the principal's earlier audit
+    events (deleted content is not kept anywhere).
     """
 
     principal_id: str
-    expected_etag: str
-    expected_enabled: bool
+    decided_on: PrincipalMemory
     event: NewAuditEvent
     block: StoredBlock | None = None
     delete_block: bool = False
     settings: StoredSettings | None = None
+
+    @property
+    def expected_etag(self) -> str:
+        """The etag the block must still have ("" for no block)."""
+        return self.decided_on.block.etag if self.decided_on.block is not None else ""
+
+    @property
+    def expected_enabled(self) -> bool:
+        """The memory setting that must still hold."""
+        return self.decided_on.memory_enabled
+
+    @property
+    def after(self) -> PrincipalMemory:
+        """The principal's memory once the change is applied."""
+        block = None if self.delete_block else (self.block or self.decided_on.block)
+        return PrincipalMemory(block=block, settings=self.settings or self.decided_on.settings)
 
 
 @dataclass(frozen=True)

@@ -74,11 +74,27 @@ class CachedMemoryStore:
         return value
 
     def apply(self, tenant_id: str, change: Change) -> bool:
+        """Apply through the store; then remember the memory as the write left it (the next
+        render, usually right after the model wrote, needs no database), or forget it."""
+        key = (tenant_id, change.principal_id)
+        with self._lock:
+            self._generation += 1
+            self._cache.pop(key, None)
+            generation = self._generation
+        applied = False
         try:
-            return self._inner.apply(tenant_id, change)
+            applied = self._inner.apply(tenant_id, change)
         finally:
-            # Also after a failure: whether it committed may be unknown (a lost connection).
-            self.invalidate(tenant_id, change.principal_id)
+            # Remember only if no other write to this process's cache came in between (an
+            # invalidation moved the generation on); after a failure, whether it committed may
+            # be unknown (a lost connection), so forget.
+            with self._lock:
+                if applied and self._enabled and generation == self._generation:
+                    self._cache[key] = change.after
+                else:
+                    self._generation += 1
+                    self._cache.pop(key, None)
+        return applied
 
     def list_audit(self, tenant_id: str, query: AuditQuery) -> list[AuditEvent]:
         return self._inner.list_audit(tenant_id, query)
@@ -110,7 +126,8 @@ class Invalidations(Protocol):
 
 
 class PostgresChangeListener:
-    """A thread that LISTENs for committed memory changes of other replicas.
+    """A thread that LISTENs for committed memory changes of other replicas (notifications
+    of `own_origin`, this server's store, are skipped: its cache already holds the result).
 
     It turns the cache on only once it is listening, turns it off (and empties it) the moment
     its connection fails, and reconnects with backoff. A liveness query every `check_seconds`
@@ -122,10 +139,12 @@ class PostgresChangeListener:
         conninfo: str,
         target: Invalidations,
         *,
+        own_origin: str = "",
         check_seconds: float = 1.0,
     ):
         self._conninfo = conninfo
         self._target = target
+        self._own_origin = own_origin
         self._check = check_seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memoria-listen", daemon=True)
@@ -156,8 +175,9 @@ class PostgresChangeListener:
                         # psycopg keeps notifications that arrive during the liveness query
                         # for the next notifies() call, so none is lost between the two.
                         for note in conn.notifies(timeout=self._check):
-                            tenant, _, principal = note.payload.partition(KEY_SEPARATOR)
-                            self._target.invalidate(tenant, principal)
+                            origin, tenant, principal = note.payload.split(KEY_SEPARATOR, 2)
+                            if origin != self._own_origin:  # our own: already in the cache
+                                self._target.invalidate(tenant, principal)
                         conn.execute("SELECT 1")
             except psycopg.Error as error:
                 self._target.reset(enabled=False)

@@ -15,6 +15,7 @@ BEGIN / set_config / ... / COMMIT round trips cost several times the work itself
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -91,16 +92,19 @@ _APPLY_PG = (
     " %(block_text)s, %(block_etag)s, %(block_time)s, %(delete_block)s,"
     " %(settings_enabled)s, %(settings_time)s,"
     " %(action)s, %(writer)s, %(create_time)s, %(removed_lines)s, %(added_lines)s,"
-    " %(removed_line_count)s, %(added_line_count)s, %(char_count)s, %(memory_enabled)s)"
+    " %(removed_line_count)s, %(added_line_count)s, %(char_count)s, %(memory_enabled)s,"
+    " %(origin)s)"
 )
 
 
 class SqlMemoryStore:
     """`MemoryStore` over a SQLAlchemy engine (SQLite or PostgreSQL)."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, origin: str | None = None):
         self._engine = engine
         self._postgres = engine.dialect.name == "postgresql"
+        # Names this store's writes in their change notifications (storage/cache.py).
+        self.origin = origin if origin is not None else secrets.token_hex(8)
         # SQLite: one process owns the embedded database, so writers queue on this lock
         # instead of SQLite's busy handler, which sleeps and made write p99 spike.
         self._sqlite_writer = None if self._postgres else threading.Lock()
@@ -127,7 +131,8 @@ class SqlMemoryStore:
     def apply(self, tenant_id: str, change: Change) -> bool:
         """See `MemoryStore.apply`."""
         if self._autocommit is not None:
-            return bool(self._call(_APPLY_PG, _apply_params(tenant_id, change))[0])
+            params = {**_apply_params(tenant_id, change), "origin": self.origin}
+            return bool(self._call(_APPLY_PG, params)[0])
         with self.transaction(tenant_id, lock_principal=change.principal_id) as tx:
             memory = tx.load(change.principal_id)
             etag = memory.block.etag if memory.block is not None else ""
@@ -183,7 +188,7 @@ class SqlMemoryStore:
                 if lock_principal is not None:
                     conn.execution_options(**{WRITE_OPTION: True})
                 with conn.begin():
-                    tx = SqlMemoryTransaction(conn, tenant_id, self._postgres)
+                    tx = SqlMemoryTransaction(conn, tenant_id, self._postgres, self.origin)
                     tx.begin(lock_principal)
                     yield tx
         except _UNAVAILABLE as error:
@@ -257,7 +262,7 @@ _SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
 _SET_TENANT_AND_LOCK = text(
     "SELECT set_config('app.tenant_id', :tenant, true), "
     "pg_advisory_xact_lock(hashtextextended(:key, 0)), "
-    f"pg_notify('{CHANGE_CHANNEL}', :key)"
+    f"pg_notify('{CHANGE_CHANNEL}', :payload)"
 )
 # The service role may not UPDATE the audit log, so blanking goes through a SECURITY DEFINER
 # function (migration 0002) that can change nothing but the line arrays.
@@ -286,10 +291,11 @@ _UPSERTS = {
 class SqlMemoryTransaction:
     """One unit of work on one connection inside one open transaction, in one tenant."""
 
-    def __init__(self, conn: Connection, tenant_id: str, postgres: bool):
+    def __init__(self, conn: Connection, tenant_id: str, postgres: bool, origin: str):
         self._conn = conn
         self._tenant = tenant_id
         self._postgres = postgres
+        self._origin = origin
         self._put_block, self._put_settings = _UPSERTS["postgresql" if postgres else "sqlite"]
 
     def begin(self, lock_principal: str | None) -> None:
@@ -301,7 +307,10 @@ class SqlMemoryTransaction:
             self._conn.execute(_SET_TENANT, {"tenant": self._tenant})
         else:
             key = f"{self._tenant}{KEY_SEPARATOR}{lock_principal}"
-            self._conn.execute(_SET_TENANT_AND_LOCK, {"tenant": self._tenant, "key": key})
+            payload = f"{self._origin}{KEY_SEPARATOR}{key}"
+            self._conn.execute(
+                _SET_TENANT_AND_LOCK, {"tenant": self._tenant, "key": key, "payload": payload}
+            )
 
     def load(self, principal_id: str) -> PrincipalMemory:
         params = {"tenant_id": self._tenant, "principal_id": principal_id}

@@ -36,9 +36,12 @@ class Recorder(CachedMemoryStore):
         self.invalidated = threading.Event()
         self.reset_off = threading.Event()
         self.reset_on = threading.Event()
+        self.heard: list[tuple[str, str]] = []  # what the listener invalidated, in order
 
     def invalidate(self, tenant_id: str, principal_id: str) -> None:
         super().invalidate(tenant_id, principal_id)
+        if threading.current_thread().name == "memoria-listen":
+            self.heard.append((tenant_id, principal_id))
         self.invalidated.set()
 
     def reset(self, *, enabled: bool) -> None:
@@ -61,7 +64,10 @@ def replicas(postgres: PgDatabase) -> Iterator[tuple[Replica, Replica]]:
         store = SqlMemoryStore(create_store_engine(postgres.app_url, pool_size=2))
         cache = Recorder(store)
         listener = PostgresChangeListener(
-            conninfo.render_as_string(hide_password=False), cache, check_seconds=0.2
+            conninfo.render_as_string(hide_password=False),
+            cache,
+            own_origin=store.origin,
+            check_seconds=0.2,
         )
         listener.start()
         assert cache.reset_on.wait(WAIT), "listener did not start listening"
@@ -72,12 +78,24 @@ def replicas(postgres: PgDatabase) -> Iterator[tuple[Replica, Replica]]:
         replica.store.dispose()
 
 
-def write(replica: Replica, tenant: str, text: str) -> None:
-    current = replica.cache.read(tenant, "ana", fresh=True).block
-    event = NewAuditEvent("ana", AuditAction.BLOCK_REWRITTEN, Writer.USER, NOW)
-    expected = current.etag if current is not None else ""
-    change = Change("ana", expected, True, event, block=StoredBlock(text, text, NOW))
+def write(replica: Replica, tenant: str, text: str, principal: str = "ana") -> None:
+    current = replica.cache.read(tenant, principal, fresh=True)
+    event = NewAuditEvent(principal, AuditAction.BLOCK_REWRITTEN, Writer.USER, NOW)
+    change = Change(principal, current, event, block=StoredBlock(text, text, NOW))
     assert replica.cache.apply(tenant, change)
+
+
+def test_a_replica_skips_its_own_announcements(
+    replicas: tuple[Replica, Replica], tenant: str
+) -> None:
+    a, b = replicas
+    write(a, tenant, "by a", principal="ana")
+    a.cache.invalidated.clear()
+    write(b, tenant, "by b", principal="bob")
+    assert a.cache.invalidated.wait(WAIT), "replica a heard nothing"
+    # Notifications arrive in commit order: a's own came first and was skipped.
+    assert a.cache.heard == [(tenant, "bob")]
+    assert a.cache.read(tenant, "ana").block.text == "by a"  # type: ignore[union-attr]
 
 
 def test_a_write_on_one_replica_reaches_the_others_cache(

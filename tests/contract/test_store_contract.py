@@ -31,10 +31,6 @@ def event(principal: str, action: AuditAction, at: datetime = T0, **extra: objec
     return NewAuditEvent(principal, action, Writer.USER, at, **extra)  # type: ignore[arg-type]
 
 
-def etag_of(memory: PrincipalMemory) -> str:
-    return memory.block.etag if memory.block is not None else ""
-
-
 def change(
     store: MemoryStore,
     tenant: str,
@@ -48,8 +44,7 @@ def change(
         tenant,
         Change(
             principal,
-            etag_of(current),
-            current.memory_enabled,
+            current,
             what or event(principal, AuditAction.BLOCK_REWRITTEN),
             **extra,  # type: ignore[arg-type]
         ),
@@ -90,11 +85,12 @@ def test_settings_round_trip(store: MemoryStore, tenant: str) -> None:
 
 def test_apply_refuses_when_the_block_changed(store: MemoryStore, tenant: str) -> None:
     assert change(store, tenant, "ana", block=StoredBlock("one", "e1", T0))
-    stale = Change(
-        "ana", "", True, event("ana", AuditAction.BLOCK_REWRITTEN), block=StoredBlock("x", "e2", T0)
-    )
+    no_block = PrincipalMemory(None, None)
+    rewrite = event("ana", AuditAction.BLOCK_REWRITTEN)
+    stale = Change("ana", no_block, rewrite, block=StoredBlock("x", "e2", T0))
     assert not store.apply(tenant, stale)
-    wrong = Change("ana", "e0", True, event("ana", AuditAction.BLOCK_DELETED), delete_block=True)
+    other_block = PrincipalMemory(StoredBlock("one", "e0", T0), None)
+    wrong = Change("ana", other_block, event("ana", AuditAction.BLOCK_DELETED), delete_block=True)
     assert not store.apply(tenant, wrong)
     assert store.read(tenant, "ana").block == StoredBlock("one", "e1", T0)
     assert len(store.list_audit(tenant, AuditQuery(principal_id="ana"))) == 1
@@ -104,7 +100,10 @@ def test_apply_refuses_when_the_setting_changed(store: MemoryStore, tenant: str)
     off = event("ana", AuditAction.SETTINGS_UPDATED, memory_enabled=False)
     assert change(store, tenant, "ana", off, settings=StoredSettings(False, T0))
     decided_while_on = Change(
-        "ana", "", True, event("ana", AuditAction.BLOCK_REWRITTEN), block=StoredBlock("x", "e", T0)
+        "ana",
+        PrincipalMemory(None, None),  # memory on (no settings row)
+        event("ana", AuditAction.BLOCK_REWRITTEN),
+        block=StoredBlock("x", "e", T0),
     )
     assert not store.apply(tenant, decided_while_on)
     assert store.read(tenant, "ana").block is None

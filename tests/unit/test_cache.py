@@ -39,15 +39,9 @@ def cached(inner: InMemoryMemoryStore, **extra: object) -> CachedMemoryStore:
 
 
 def write(store: CachedMemoryStore, text: str, principal: str = "ana") -> bool:
-    current = store.read("t", principal, fresh=True).block
+    current = store.read("t", principal, fresh=True)
     event = NewAuditEvent(principal, AuditAction.BLOCK_REWRITTEN, Writer.USER, NOW)
-    change = Change(
-        principal_id=principal,
-        expected_etag=current.etag if current else "",
-        expected_enabled=True,
-        event=event,
-        block=StoredBlock(text, text, NOW),
-    )
+    change = Change(principal, current, event, block=StoredBlock(text, text, NOW))
     return store.apply("t", change)
 
 
@@ -60,6 +54,7 @@ def text_of(store: CachedMemoryStore, principal: str = "ana") -> str:
 def test_second_read_is_served_from_memory(inner: InMemoryMemoryStore) -> None:
     store = cached(inner)
     write(store, "one")
+    store.reset(enabled=True)
     before = inner.reads
     assert text_of(store) == "one"
     assert text_of(store) == "one"
@@ -83,6 +78,14 @@ def test_a_write_is_read_back_at_once(inner: InMemoryMemoryStore) -> None:
     assert text_of(store) == "two"
 
 
+def test_a_write_leaves_what_it_wrote_in_the_cache(inner: InMemoryMemoryStore) -> None:
+    store = cached(inner)
+    assert write(store, "one")
+    before = inner.reads
+    assert text_of(store) == "one"
+    assert inner.reads == before  # the render after a write needs no database
+
+
 def test_a_write_forgets_only_its_principal(inner: InMemoryMemoryStore) -> None:
     store = cached(inner)
     write(store, "ana's")
@@ -102,9 +105,9 @@ def test_a_refused_write_still_forgets(inner: InMemoryMemoryStore) -> None:
     text_of(store)
     stale = Change(
         "ana",
-        "not-the-etag",
-        True,
+        PrincipalMemory(StoredBlock("older", "not-the-etag", NOW), None),
         NewAuditEvent("ana", AuditAction.BLOCK_DELETED, Writer.USER, NOW),
+        delete_block=True,
     )
     assert not store.apply("t", stale)
     before = inner.reads
@@ -115,6 +118,7 @@ def test_a_refused_write_still_forgets(inner: InMemoryMemoryStore) -> None:
 def test_a_read_racing_a_write_is_not_cached(inner: InMemoryMemoryStore) -> None:
     store = cached(inner)
     write(store, "old")
+    store.reset(enabled=True)  # so the next read goes to the store
 
     class RacingInner(InMemoryMemoryStore):
         """Returns the old value while a write commits and invalidates mid-read."""

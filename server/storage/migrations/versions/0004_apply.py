@@ -4,8 +4,10 @@
 transaction to the tenant, takes the principal's advisory lock, and only if the block's etag
 and the memory setting are still those the write was decided on, writes the block, deletes it
 (blanking earlier audit lines) or writes the settings, appends the audit event and announces
-the change to other replicas. It returns whether it wrote. SECURITY INVOKER: row-level
-security and the service role's grants (no UPDATE on the audit log) apply as to any query.
+the change to other replicas. The announcement's payload is origin, tenant and principal
+joined by U+001F; the writing server skips its own, it has already updated its cache. It
+returns whether it wrote. SECURITY INVOKER: row-level security and the service role's grants
+(no UPDATE on the audit log) apply as to any query.
 
 Revision ID: 0004
 Revises: 0003
@@ -23,7 +25,7 @@ depends_on = None
 
 SIGNATURE = (
     "text, text, text, boolean, text, text, timestamptz, boolean, boolean, timestamptz, "
-    "text, text, timestamptz, json, json, integer, integer, integer, boolean"
+    "text, text, timestamptz, json, json, integer, integer, integer, boolean, text"
 )
 
 
@@ -41,7 +43,8 @@ def upgrade(app_role: str | None = None) -> None:
             p_action text, p_writer text, p_create_time timestamptz,
             p_removed_lines json, p_added_lines json,
             p_removed_line_count integer, p_added_line_count integer,
-            p_char_count integer, p_memory_enabled boolean
+            p_char_count integer, p_memory_enabled boolean,
+            p_origin text
         ) RETURNS boolean
         LANGUAGE plpgsql SECURITY INVOKER AS $$
         DECLARE
@@ -85,7 +88,7 @@ def upgrade(app_role: str | None = None) -> None:
             VALUES (p_tenant, p_principal, p_action, p_writer, p_create_time,
                     p_removed_lines, p_added_lines, p_removed_line_count,
                     p_added_line_count, p_char_count, p_memory_enabled);
-            PERFORM pg_notify('memoria_memory_changed', v_key);
+            PERFORM pg_notify('memoria_memory_changed', p_origin || chr(31) || v_key);
             RETURN true;
         END
         $$
