@@ -79,7 +79,7 @@ from server.storage.tables import memory_blocks
 # procs.py sits beside this script; the repository root holds tests/, whose helper finds the
 # throwaway PostgreSQL exactly as the tests do.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from procs import find_ghz, stop_process
+from procs import find_ghz, percentile_ms, stop_process
 
 from tests.postgres_server import pg_urls
 
@@ -540,13 +540,6 @@ def rpc_args(rpc: Rpc, concurrency: int, run_tag: str, offset: int) -> list[str]
         "--connections",
         "1",
     ]
-
-
-def percentile_ms(report: dict[str, Any], pct: int) -> float:
-    for item in report.get("latencyDistribution") or []:
-        if item["percentage"] == pct:
-            return float(item["latency"]) / 1e6  # ghz reports nanoseconds
-    return float("nan")
 
 
 def to_result(

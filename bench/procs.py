@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 GHZ_SH = Path(__file__).resolve().parent / "ghz.sh"
 
@@ -27,3 +28,11 @@ def stop_process(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def percentile_ms(report: dict[str, Any], pct: int) -> float:
+    """A latency percentile of a ghz JSON report (`-O json`), in milliseconds."""
+    for item in report.get("latencyDistribution") or []:
+        if item["percentage"] == pct:
+            return float(item["latency"]) / 1e6  # ghz reports nanoseconds
+    return float("nan")

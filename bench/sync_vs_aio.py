@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from procs import find_ghz, stop_process  # bench/, the script's own folder
+from procs import find_ghz, percentile_ms, stop_process  # bench/, the script's own folder
 
 HOST = "127.0.0.1"  # the only address this script ever binds or targets
 CALL = "grpc.health.v1.Health/Check"
@@ -272,13 +272,6 @@ def run_ghz(ghz: str, port: int, args: Sequence[str], timeout_s: float) -> dict[
         raise RuntimeError(f"ghz failed ({out.returncode}): {out.stderr.decode()[-2000:]}")
     report: dict[str, Any] = json.loads(out.stdout)
     return report
-
-
-def percentile_ms(report: dict[str, Any], pct: int) -> float:
-    for item in report.get("latencyDistribution") or []:
-        if item["percentage"] == pct:
-            return float(item["latency"]) / 1e6  # ghz reports nanoseconds
-    return float("nan")
 
 
 def to_result(report: dict[str, Any], mode: Mode, concurrency: int, rnd: int) -> RunResult:
