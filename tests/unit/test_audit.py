@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from server.domain.audit import AuditLog, AuditRequest, PageTokens
+from server.domain.audit import MAX_PAGE_SIZE, AuditLog, AuditRequest, PageTokens
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.memory import MemoryBlocks
 from server.domain.model import AuditAction, Identity, Writer
@@ -123,3 +123,13 @@ def test_invalid_fields_are_reported_together(store: InMemoryMemoryStore) -> Non
 def test_page_token_secret_must_be_long_enough() -> None:
     with pytest.raises(ValueError):
         PageTokens(b"short")
+
+
+def test_page_size_is_capped_at_the_maximum() -> None:
+    store = InMemoryMemoryStore()
+    blocks = MemoryBlocks(store, Clock())
+    for i in range(MAX_PAGE_SIZE + 2):
+        blocks.rewrite(ANA, f"v{i}", Writer.MODEL)
+    page = AuditLog(store, TOKENS).list(ANA, AuditRequest(page_size=1_000_000))
+    assert len(page.events) == MAX_PAGE_SIZE
+    assert page.next_page_token
