@@ -26,6 +26,7 @@ class ErrorReason(enum.Enum):
     STORE_UNAVAILABLE = enum.auto()
     INTERNAL = enum.auto()
     WRITE_CONFLICT = enum.auto()
+    CONVERSATION_DELETED = enum.auto()
 
 
 @dataclass(frozen=True)

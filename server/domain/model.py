@@ -29,6 +29,8 @@ class AuditAction(enum.Enum):
     BLOCK_REWRITTEN = "block_rewritten"
     BLOCK_DELETED = "block_deleted"
     SETTINGS_UPDATED = "settings_updated"
+    CONVERSATION_DELETED = "conversation_deleted"
+    PRINCIPAL_DATA_ERASED = "principal_data_erased"
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ class NewAuditEvent:
     added_line_count: int = 0
     char_count: int = 0
     memory_enabled: bool | None = None
+    conversation_id: str = ""
+    deleted_turn_count: int = 0
+    actor_principal_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -126,3 +131,79 @@ class AuditQuery:
     end_time: datetime | None = None
     before_event_id: int | None = None
     limit: int = 50
+
+
+# --- Conversation search -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SparseVector:
+    """Keyword (BM25 term-frequency) weights by term index; indices are unique, any order."""
+
+    indices: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class IndexedChunk:
+    """One chunk of a turn, ready for the chunk index: its text and both vectors.
+
+    `dense` is a multivector: one embedding per window of the chunk (at least one), all of
+    the embedder's dimension, compared with MAX_SIM so every part of the chunk is searchable.
+    """
+
+    chunk_index: int
+    text: str
+    dense: tuple[tuple[float, ...], ...]
+    sparse: SparseVector
+
+
+@dataclass(frozen=True)
+class TurnKey:
+    """Names one turn of one principal; the identity of its chunks in every store."""
+
+    tenant_id: str
+    principal_id: str
+    conversation_id: str
+    turn_id: str
+
+
+@dataclass(frozen=True)
+class SearchScope:
+    """Whose chunks a search may see, and which of their conversations are deleted.
+
+    Adapters must filter on tenant and principal in the engine (never after the fact) and
+    exclude every chunk of `deleted_conversations`.
+    """
+
+    tenant_id: str
+    principal_id: str
+    deleted_conversations: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class EncodedQuery:
+    """A search query as both retrieval sides need it."""
+
+    dense: tuple[float, ...]
+    sparse: SparseVector
+
+
+@dataclass(frozen=True)
+class ChunkHit:
+    """A chunk found by one retrieval side; `score` is that side's raw score."""
+
+    conversation_id: str
+    turn_id: str
+    chunk_index: int
+    text: str
+    turn_time: datetime
+    score: float
+
+
+@dataclass(frozen=True)
+class RetrievalResult:
+    """Both sides of one search, each a ranking of turns (best chunk per turn, best first)."""
+
+    keyword: tuple[ChunkHit, ...]
+    semantic: tuple[ChunkHit, ...]

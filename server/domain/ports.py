@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from server.domain.model import AuditEvent, AuditQuery, Change, PrincipalMemory
+from server.domain.model import (
+    AuditEvent,
+    AuditQuery,
+    Change,
+    EncodedQuery,
+    IndexedChunk,
+    PrincipalMemory,
+    RetrievalResult,
+    SearchScope,
+    TurnKey,
+)
 
 Clock = Callable[[], datetime]
 """Returns the current time, timezone-aware UTC."""
@@ -41,4 +51,63 @@ class MemoryStore(Protocol):
 
     def list_audit(self, tenant_id: str, query: AuditQuery) -> list[AuditEvent]:
         """Audit events of the tenant matching `query`, newest (highest id) first."""
+        ...
+
+
+class ChunkIndex(Protocol):
+    """Conversation chunks of every tenant in a Qdrant engine (embedded or server).
+
+    Point ids are deterministic in (turn key, chunk index), so writing a turn again replaces
+    its points. Every read is filtered in the engine by tenant and principal.
+    """
+
+    def upsert_turn(
+        self, key: TurnKey, turn_time: datetime, chunks: Sequence[IndexedChunk]
+    ) -> None:
+        """Store the turn's chunks (replacing any earlier version of the turn, including
+        chunks past the new chunk count). Durable and visible to search when it returns."""
+        ...
+
+    def search(self, scope: SearchScope, query: EncodedQuery, turns: int) -> RetrievalResult:
+        """Keyword and semantic retrieval over the scope's chunks, each side reduced to the
+        best chunk per turn and cut to `turns` turns. Raises if either side fails."""
+        ...
+
+    def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:
+        """Remove every chunk of one conversation (any number of chunks)."""
+        ...
+
+    def delete_principal(self, tenant_id: str, principal_id: str) -> None:
+        """Remove every chunk of one principal (any number of chunks)."""
+        ...
+
+    def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
+        """Number of chunks stored for a principal, or for one of its conversations."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release the engine."""
+        ...
+
+
+class Embedder(Protocol):
+    """Turns text into dense vectors with one model; index and query time must agree."""
+
+    @property
+    def model_id(self) -> str:
+        """Names the model and its settings; recorded with the collection."""
+        ...
+
+    @property
+    def dimension(self) -> int:
+        """Length of every vector."""
+        ...
+
+    def embed_documents(self, texts: Sequence[str]) -> list[tuple[tuple[float, ...], ...]]:
+        """One multivector per text: one unit-length vector per window of the text, so a
+        text longer than the model's input is embedded whole. Batched for throughput."""
+        ...
+
+    def embed_query(self, text: str) -> tuple[float, ...]:
+        """One unit-length vector for a query (its first window)."""
         ...

@@ -23,6 +23,8 @@ _ACTIONS: dict[audit_pb.AuditAction.ValueType, AuditAction] = {
     audit_pb.AUDIT_ACTION_BLOCK_REWRITTEN: AuditAction.BLOCK_REWRITTEN,
     audit_pb.AUDIT_ACTION_BLOCK_DELETED: AuditAction.BLOCK_DELETED,
     audit_pb.AUDIT_ACTION_SETTINGS_UPDATED: AuditAction.SETTINGS_UPDATED,
+    audit_pb.AUDIT_ACTION_CONVERSATION_DELETED: AuditAction.CONVERSATION_DELETED,
+    audit_pb.AUDIT_ACTION_PRINCIPAL_DATA_ERASED: AuditAction.PRINCIPAL_DATA_ERASED,
 }
 _ACTION_PB: dict[AuditAction, audit_pb.AuditAction.ValueType] = {v: k for k, v in _ACTIONS.items()}
 
@@ -104,6 +106,9 @@ def audit_event_message(event: AuditEvent) -> audit_pb.AuditEvent:
         removed_line_count=event.removed_line_count,
         added_line_count=event.added_line_count,
         char_count=event.char_count,
+        conversation_id=event.conversation_id,
+        deleted_turn_count=event.deleted_turn_count,
+        actor_principal_id=event.actor_principal_id or event.principal_id,
     )
     if event.memory_enabled is not None:
         msg.memory_enabled = event.memory_enabled

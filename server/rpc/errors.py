@@ -31,6 +31,7 @@ STATUS_OF: Mapping[ErrorReason, grpc.StatusCode] = {
     ErrorReason.STORE_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorReason.INTERNAL: grpc.StatusCode.INTERNAL,
     ErrorReason.WRITE_CONFLICT: grpc.StatusCode.ABORTED,
+    ErrorReason.CONVERSATION_DELETED: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 

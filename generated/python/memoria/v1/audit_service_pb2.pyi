@@ -35,6 +35,14 @@ class _AuditActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AuditActi
     """The memory block was deleted."""
     AUDIT_ACTION_SETTINGS_UPDATED: _AuditAction.ValueType  # 3
     """The memory settings were changed."""
+    AUDIT_ACTION_CONVERSATION_DELETED: _AuditAction.ValueType  # 4
+    """A conversation was deleted from search (`conversation_id`,
+    `deleted_turn_count`).
+    """
+    AUDIT_ACTION_PRINCIPAL_DATA_ERASED: _AuditAction.ValueType  # 5
+    """All of a principal's memory was erased (`removed_line_count` of the
+    block, `deleted_turn_count`).
+    """
 
 class AuditAction(_AuditAction, metaclass=_AuditActionEnumTypeWrapper):
     """AuditAction is what an audit event records."""
@@ -47,6 +55,14 @@ AUDIT_ACTION_BLOCK_DELETED: AuditAction.ValueType  # 2
 """The memory block was deleted."""
 AUDIT_ACTION_SETTINGS_UPDATED: AuditAction.ValueType  # 3
 """The memory settings were changed."""
+AUDIT_ACTION_CONVERSATION_DELETED: AuditAction.ValueType  # 4
+"""A conversation was deleted from search (`conversation_id`,
+`deleted_turn_count`).
+"""
+AUDIT_ACTION_PRINCIPAL_DATA_ERASED: AuditAction.ValueType  # 5
+"""All of a principal's memory was erased (`removed_line_count` of the
+block, `deleted_turn_count`).
+"""
 Global___AuditAction: _TypeAlias = AuditAction  # noqa: Y015
 
 @_typing.final
@@ -66,6 +82,9 @@ class AuditEvent(_message.Message):
     ADDED_LINE_COUNT_FIELD_NUMBER: _builtins.int
     CHAR_COUNT_FIELD_NUMBER: _builtins.int
     MEMORY_ENABLED_FIELD_NUMBER: _builtins.int
+    CONVERSATION_ID_FIELD_NUMBER: _builtins.int
+    DELETED_TURN_COUNT_FIELD_NUMBER: _builtins.int
+    ACTOR_PRINCIPAL_ID_FIELD_NUMBER: _builtins.int
     event_id: _builtins.str
     """Opaque, unique id of the event within its tenant."""
     action: Global___AuditAction.ValueType
@@ -83,6 +102,16 @@ class AuditEvent(_message.Message):
     memory_enabled: _builtins.bool
     """For AUDIT_ACTION_SETTINGS_UPDATED: whether memory is on after the change.
     Unset for other actions.
+    """
+    conversation_id: _builtins.str
+    """For AUDIT_ACTION_CONVERSATION_DELETED: the conversation. Empty otherwise."""
+    deleted_turn_count: _builtins.int
+    """For AUDIT_ACTION_CONVERSATION_DELETED and
+    AUDIT_ACTION_PRINCIPAL_DATA_ERASED: how many turns were removed.
+    """
+    actor_principal_id: _builtins.str
+    """The principal who made the call; differs from `principal_id` when a
+    tenant administrator erased another principal's data.
     """
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
@@ -116,10 +145,13 @@ class AuditEvent(_message.Message):
         added_line_count: _builtins.int = ...,
         char_count: _builtins.int = ...,
         memory_enabled: _builtins.bool | None = ...,
+        conversation_id: _builtins.str = ...,
+        deleted_turn_count: _builtins.int = ...,
+        actor_principal_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_memory_enabled", b"_memory_enabled", "create_time", b"create_time", "memory_enabled", b"memory_enabled"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_memory_enabled", b"_memory_enabled", "action", b"action", "added_line_count", b"added_line_count", "added_lines", b"added_lines", "char_count", b"char_count", "create_time", b"create_time", "event_id", b"event_id", "memory_enabled", b"memory_enabled", "principal_id", b"principal_id", "removed_line_count", b"removed_line_count", "removed_lines", b"removed_lines", "writer", b"writer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_memory_enabled", b"_memory_enabled", "action", b"action", "actor_principal_id", b"actor_principal_id", "added_line_count", b"added_line_count", "added_lines", b"added_lines", "char_count", b"char_count", "conversation_id", b"conversation_id", "create_time", b"create_time", "deleted_turn_count", b"deleted_turn_count", "event_id", b"event_id", "memory_enabled", b"memory_enabled", "principal_id", b"principal_id", "removed_line_count", b"removed_line_count", "removed_lines", b"removed_lines", "writer", b"writer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__memory_enabled: _TypeAlias = _typing.Literal["memory_enabled"]  # noqa: Y015
     _WhichOneofArgType__memory_enabled: _TypeAlias = _typing.Literal["_memory_enabled", b"_memory_enabled"]  # noqa: Y015

@@ -76,6 +76,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     this one was being applied (it lost 100 races in a row). Nothing was
     saved; retry the write.
     """
+    ERROR_REASON_CONVERSATION_DELETED: _ErrorReason.ValueType  # 12
+    """Status FAILED_PRECONDITION. The conversation was deleted, so a turn for
+    it is refused and can never bring it back. Use a new conversation id.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason names every reason Memoria puts in the `reason` field of the
@@ -140,5 +144,9 @@ ERROR_REASON_WRITE_CONFLICT: ErrorReason.ValueType  # 11
 """Status ABORTED. Other writes to the caller's memory kept landing while
 this one was being applied (it lost 100 races in a row). Nothing was
 saved; retry the write.
+"""
+ERROR_REASON_CONVERSATION_DELETED: ErrorReason.ValueType  # 12
+"""Status FAILED_PRECONDITION. The conversation was deleted, so a turn for
+it is refused and can never bring it back. Use a new conversation id.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
