@@ -207,3 +207,65 @@ class RetrievalResult:
 
     keyword: tuple[ChunkHit, ...]
     semantic: tuple[ChunkHit, ...]
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One turn in a search answer: its best chunk, the fused score and each side's rank."""
+
+    conversation_id: str
+    turn_id: str
+    chunk_index: int
+    text: str
+    turn_time: datetime
+    score: float
+    keyword_rank: int
+    semantic_rank: int
+
+
+class AcceptOutcome(enum.Enum):
+    """What the turn store did with a turn offered to it."""
+
+    ACCEPTED = "accepted"
+    CONVERSATION_DELETED = "conversation_deleted"
+    MEMORY_DISABLED = "memory_disabled"
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    """A finished turn to queue for indexing: only the text that will be indexed is kept."""
+
+    key: TurnKey
+    text: str
+    turn_time: datetime
+    accept_time: datetime
+
+
+@dataclass(frozen=True)
+class ClaimedTurn:
+    """A queued turn a processor holds; `version` changes whenever the turn is re-sent."""
+
+    row_id: int
+    version: int
+    key: TurnKey
+    text: str | None
+    """None when the turn is already indexed (its text is not kept)."""
+    turn_time: datetime
+    attempts: int
+
+
+@dataclass(frozen=True)
+class ConversationPurge:
+    """A deleted conversation whose chunks are still to be removed from the index."""
+
+    tenant_id: str
+    principal_id: str
+    conversation_id: str
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """What erasing a principal removed."""
+
+    removed_line_count: int
+    deleted_turn_count: int

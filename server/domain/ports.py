@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Protocol
 
 from server.domain.model import (
+    AcceptOutcome,
     AuditEvent,
     AuditQuery,
     Change,
+    ClaimedTurn,
+    ConversationPurge,
     EncodedQuery,
+    Erasure,
     IndexedChunk,
+    NewAuditEvent,
+    NewTurn,
     PrincipalMemory,
     RetrievalResult,
     SearchScope,
@@ -110,4 +117,65 @@ class Embedder(Protocol):
 
     def embed_query(self, text: str) -> tuple[float, ...]:
         """One unit-length vector for a query (its first window)."""
+        ...
+
+
+class TurnBatch(Protocol):
+    """Turns claimed by one processor. Until the claim ends, no other processor takes them,
+    and a re-send, a conversation delete or an erasure touching them waits for it."""
+
+    @property
+    def turns(self) -> Sequence[ClaimedTurn]: ...
+
+    def indexed(self, turn: ClaimedTurn) -> None:
+        """The turn's chunks are in the index: drop its text from the queue."""
+        ...
+
+    def failed(self, turn: ClaimedTurn, error: str, retry_at: datetime | None) -> None:
+        """Indexing failed: try again at `retry_at`, or (None) record it as failed for good."""
+        ...
+
+
+class TurnStore(Protocol):
+    """The durable queue of accepted turns (the outbox), conversation tombstones and erasure,
+    in the same database as the memory block, each write with its audit event."""
+
+    def accept_turn(self, turn: NewTurn) -> AcceptOutcome:
+        """Queue the turn, replacing a queued or indexed turn with the same key, unless its
+        conversation is deleted or the principal has turned memory off (checked in the same
+        transaction)."""
+        ...
+
+    def claim(
+        self, limit: int, now: datetime, only: TurnKey | None = None
+    ) -> AbstractContextManager[TurnBatch]:
+        """Claim up to `limit` queued turns due at `now` (or just the turn `only`, waiting for
+        another processor that holds it). The claim ends when the context exits."""
+        ...
+
+    def deleted_conversations(self, tenant_id: str, principal_id: str) -> frozenset[str]:
+        """The principal's deleted conversations whose chunks may still be in the index."""
+        ...
+
+    def delete_conversation(
+        self, tenant_id: str, principal_id: str, conversation_id: str, event: NewAuditEvent
+    ) -> int | None:
+        """Commit a tombstone, drop the conversation's queued turns and append `event` with
+        the number of turns removed; return that number, or None (and change nothing) when
+        the conversation was already deleted."""
+        ...
+
+    def claim_purges(self, limit: int) -> AbstractContextManager[list[ConversationPurge]]:
+        """Deleted conversations whose chunks are still to be purged; those the context exits
+        with (no exception) are marked purged."""
+        ...
+
+    def erase_principal(
+        self, tenant_id: str, principal_id: str, event: NewAuditEvent, purge: Callable[[], None]
+    ) -> Erasure:
+        """Remove the principal's block, settings, queued turns and tombstones, blank the
+        lines of its earlier audit events, and append `event` with the counts, in one
+        transaction that also calls `purge` (removing the principal's chunks) before it
+        commits, while no turn of the principal can be accepted or processed; if `purge`
+        raises, nothing is erased."""
         ...

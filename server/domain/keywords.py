@@ -1,0 +1,119 @@
+"""The one keyword (BM25) encoder, used at index time and at query time (DESIGN 3).
+
+Keyword retrieval exists to find what embeddings miss: exact rare tokens such as account ids,
+ticket numbers and names. So the tokenizer keeps id-like compounds whole: `acct-4821`,
+`INC-20931`, `po-7781-b`, `ana@example.com` and `2026-11-30` are one term each (lowercased, not
+stemmed), and their parts are terms too, so a query for `4821` still finds the account. Plain
+words are casefolded, NFKC-normalized, stop words dropped and stemmed (Snowball English via
+PyStemmer), so `running` finds `runs`. Runs of Han, Hiragana and Katakana, which have no
+spaces between words, become overlapping character bigrams.
+
+Terms map to sparse indices by a stable 32-bit hash (never Python's salted `hash`), so every
+process and every release maps a term to the same index. A document's value for a term is
+BM25's term-frequency part with length normalization; the inverse document frequency is
+applied by the engine (Qdrant's IDF modifier on the sparse vector), so it follows the corpus
+without re-encoding anything. A query's value is 1 per distinct term.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+import Stemmer
+import unicodedata2 as unicodedata
+
+from server.domain.model import SparseVector
+
+BM25_K1 = 1.2
+"""Term-frequency saturation (the usual BM25 value)."""
+
+BM25_B = 0.75
+"""Strength of length normalization (the usual BM25 value)."""
+
+AVERAGE_TERMS = 256.0
+"""Assumed average chunk length in terms, for length normalization. Fixed (not measured on
+the corpus) so that an indexed chunk never needs re-encoding; Qdrant's own BM25 uses 256."""
+
+_CONNECTORS = "-_./:@#+"
+_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
+# A word: a run of letters and digits (not CJK); compounds join words with one connector.
+_WORD = rf"[^\W_{_CJK}]+"
+_TOKEN = re.compile(
+    rf"(?P<compound>{_WORD}(?:[{re.escape(_CONNECTORS)}]{_WORD})*)|(?P<cjk>[{_CJK}]+)"
+)
+_PART = re.compile(_WORD)
+
+STOP_WORDS = frozenset(
+    """
+    a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for
+    from further had has have having he her here hers herself him himself his how i if
+    in into is it its itself just me more most my myself no nor not now of off on once
+    only or other our ours ourselves out over own same she should so some such than that
+    the their theirs them themselves then there these they this those through to too
+    under until up very was we were what when where which while who whom why will with
+    would you your yours yourself yourselves s t d ll m re ve
+    """.split()  # noqa: SIM905 (a word list reads better as text)
+)
+
+
+class KeywordEncoder:
+    """Encodes documents and queries into BM25 sparse vectors. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()  # a PyStemmer stemmer is not thread-safe: one per thread
+
+    def _stemmer(self) -> Stemmer.Stemmer:
+        stemmer: Stemmer.Stemmer | None = getattr(self._local, "stemmer", None)
+        if stemmer is None:
+            stemmer = self._local.stemmer = Stemmer.Stemmer("english")
+        return stemmer
+
+    def terms(self, text: str) -> Iterator[str]:
+        """The terms of `text`, in order, with repeats (see the module docstring)."""
+        text = unicodedata.normalize("NFKC", text).casefold()
+        stemmer = self._stemmer()
+        for match in _TOKEN.finditer(text):
+            compound = match.group("compound")
+            if compound is None:
+                yield from _bigrams(match.group("cjk"))
+                continue
+            parts = _PART.findall(compound)
+            if len(parts) > 1:
+                yield compound
+            for part in parts:
+                if part in STOP_WORDS:
+                    continue
+                yield part if any(c.isdigit() for c in part) else stemmer.stemWord(part)
+
+    def encode_document(self, text: str) -> SparseVector:
+        """BM25 term-frequency weights of a chunk, length-normalized."""
+        counts = Counter(_index(t) for t in self.terms(text))
+        length = sum(counts.values())
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * length / AVERAGE_TERMS)
+        items = sorted(counts.items())
+        return SparseVector(
+            indices=tuple(i for i, _ in items),
+            values=tuple(tf * (BM25_K1 + 1) / (tf + norm) for _, tf in items),
+        )
+
+    def encode_query(self, text: str) -> SparseVector:
+        """Weight 1 per distinct query term; the engine multiplies in each term's IDF."""
+        indices = sorted({_index(t) for t in self.terms(text)})
+        return SparseVector(indices=tuple(indices), values=tuple(1.0 for _ in indices))
+
+
+def _bigrams(run: str) -> Iterator[str]:
+    if len(run) == 1:
+        yield run
+    for i in range(len(run) - 1):
+        yield run[i : i + 2]
+
+
+def _index(term: str) -> int:
+    """A stable 32-bit sparse index for a term."""
+    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "big")

@@ -1,0 +1,374 @@
+"""Conversation search: accepting turns, indexing them, searching, deleting and erasing.
+
+Rules (DESIGN 3): a finished turn is accepted durably and indexed by a background processor
+(or in the call, when the caller waits for it); its text is split without any LLM into at most
+ten chunks of at most 4,000 characters; each chunk gets a semantic (dense, windowed) and a
+keyword (BM25) vector. A search runs both retrievals over the caller's own chunks, fuses them
+by reciprocal rank fusion and keeps the best chunk per turn. A deleted conversation is out of
+every search from the moment its tombstone commits, and a late turn cannot bring it back. An
+erasure removes everything of a principal except the counts in the audit log. With memory
+off, turns are not stored and search finds nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from server.domain.chunking import split_text, turn_text
+from server.domain.errors import ErrorReason, FieldViolation, MemoriaError, invalid
+from server.domain.keywords import KeywordEncoder
+from server.domain.model import (
+    AcceptOutcome,
+    AuditAction,
+    ChunkHit,
+    ClaimedTurn,
+    EncodedQuery,
+    Erasure,
+    Identity,
+    IndexedChunk,
+    NewAuditEvent,
+    NewTurn,
+    RetrievalResult,
+    SearchHit,
+    SearchScope,
+    TurnKey,
+    Writer,
+)
+from server.domain.ports import ChunkIndex, Clock, Embedder, MemoryStore, TurnBatch, TurnStore
+from server.domain.text import sanitize
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PAGE_SIZE = 10
+MAX_PAGE_SIZE = 50
+RRF_K = 60
+"""Reciprocal rank fusion constant: a hit's score is the sum over sides of 1 / (RRF_K + rank).
+60 is the value of the original RRF paper; it keeps one side's top hit from drowning the
+other side's near-top hits."""
+
+RETRIEVAL_DEPTH = 3
+"""Each side ranks this many times the turns wanted (at least MIN_RETRIEVAL_TURNS), so a turn
+that both sides place just below the page still wins its place by fusion."""
+MIN_RETRIEVAL_TURNS = 30
+
+ID_MAX_CHARS = 128
+QUERY_MAX_CHARS = 4000
+MAX_INDEX_ATTEMPTS = 8
+"""A turn that fails this many times is recorded as failed and no longer retried."""
+MAX_RETRY_DELAY = timedelta(minutes=5)
+
+
+class TurnOutcome(enum.Enum):
+    """What IndexTurn did (the contract's IndexTurnOutcome)."""
+
+    ACCEPTED = "accepted"
+    INDEXED = "indexed"
+    SKIPPED_MEMORY_DISABLED = "skipped_memory_disabled"
+
+
+@dataclass(frozen=True)
+class IndexTurnResult:
+    """How a turn was taken, with its chunking."""
+
+    outcome: TurnOutcome
+    chunk_count: int
+    truncated: bool
+    indexed_char_count: int
+
+
+def fuse(result: RetrievalResult, turns: int) -> list[SearchHit]:
+    """Reciprocal rank fusion of the two per-turn rankings, best first, at most `turns`.
+
+    A turn's score is the sum over the sides that found it of 1 / (RRF_K + rank). The chunk
+    shown is the one the side ranking the turn higher chose (keyword on a tie: an exact match
+    is the easier one for a person to recognize).
+    """
+    by_turn: dict[tuple[str, str], dict[str, tuple[int, ChunkHit]]] = {}
+    for side, hits in (("keyword", result.keyword), ("semantic", result.semantic)):
+        for rank, hit in enumerate(hits, start=1):
+            by_turn.setdefault((hit.conversation_id, hit.turn_id), {}).setdefault(side, (rank, hit))
+    fused: list[SearchHit] = []
+    for sides in by_turn.values():
+        keyword_rank = sides["keyword"][0] if "keyword" in sides else 0
+        semantic_rank = sides["semantic"][0] if "semantic" in sides else 0
+        _, chunk = min(sides.values(), key=lambda entry: entry[0])
+        score = sum(1.0 / (RRF_K + rank) for rank, _ in sides.values())
+        fused.append(
+            SearchHit(
+                conversation_id=chunk.conversation_id,
+                turn_id=chunk.turn_id,
+                chunk_index=chunk.chunk_index,
+                text=chunk.text,
+                turn_time=chunk.turn_time,
+                score=score,
+                keyword_rank=keyword_rank,
+                semantic_rank=semantic_rank,
+            )
+        )
+    fused.sort(
+        key=lambda h: (
+            -h.score,
+            min(r for r in (h.keyword_rank, h.semantic_rank) if r),
+            h.conversation_id,
+            h.turn_id,
+        )
+    )
+    return fused[:turns]
+
+
+class Indexer:
+    """Turns queued turns into chunks in the index, and purges deleted conversations.
+
+    Used by the background worker (in the server process or `memoria worker`) and by
+    IndexTurn calls that wait. Safe to run in several threads and processes at once: the turn
+    store's claims keep two processors off the same turn.
+    """
+
+    def __init__(
+        self,
+        turns: TurnStore,
+        index: ChunkIndex,
+        embedder: Embedder,
+        keywords: KeywordEncoder,
+        clock: Clock,
+        *,
+        max_attempts: int = MAX_INDEX_ATTEMPTS,
+    ) -> None:
+        self._turns = turns
+        self._index = index
+        self._embedder = embedder
+        self._keywords = keywords
+        self._clock = clock
+        self._max_attempts = max_attempts
+
+    def run_once(self, limit: int) -> int:
+        """Index up to `limit` due turns; return how many were claimed."""
+        with self._turns.claim(limit, self._clock()) as batch:
+            self._process(batch)
+            return len(batch.turns)
+
+    def index_now(self, key: TurnKey) -> bool:
+        """Index one turn now (waiting for another processor holding it); True once it is
+        searchable, False if it is gone (deleted or erased meanwhile)."""
+        with self._turns.claim(1, self._clock(), only=key) as batch:
+            if not batch.turns:
+                return False
+            self._process(batch)
+            return True
+
+    def purge_once(self, limit: int) -> int:
+        """Remove the chunks of up to `limit` deleted conversations from the index."""
+        with self._turns.claim_purges(limit) as purges:
+            for purge in purges:
+                self._index.delete_conversation(
+                    purge.tenant_id, purge.principal_id, purge.conversation_id
+                )
+            return len(purges)
+
+    def _process(self, batch: TurnBatch) -> None:
+        """Chunk and embed the batch's turns together (one model batch), then store each.
+        A turn without text is already indexed (claimed by key after another processor)."""
+        chunked = [(t, split_text(t.text).chunks) for t in batch.turns if t.text is not None]
+        try:
+            texts = [chunk for _, chunks in chunked for chunk in chunks]
+            vectors = iter(self._embedder.embed_documents(texts))
+        except Exception as error:  # the model failed for the whole batch: retry each turn
+            for turn, _ in chunked:
+                self._failed(batch, turn, error)
+            return
+        for turn, chunks in chunked:
+            indexed = [
+                IndexedChunk(
+                    chunk_index=i,
+                    text=text,
+                    dense=next(vectors),
+                    sparse=self._keywords.encode_document(text),
+                )
+                for i, text in enumerate(chunks)
+            ]
+            try:
+                self._index.upsert_turn(turn.key, turn.turn_time, indexed)
+            except Exception as error:
+                self._failed(batch, turn, error)
+                continue
+            batch.indexed(turn)
+
+    def _failed(self, batch: TurnBatch, turn: ClaimedTurn, error: Exception) -> None:
+        attempts = turn.attempts + 1
+        # Only the exception type: messages of storage errors may quote the turn's text.
+        reason = type(error).__name__
+        if attempts >= self._max_attempts:
+            log.error("turn %s failed %d times (%s); giving up", turn.row_id, attempts, reason)
+            batch.failed(turn, reason, None)
+            return
+        delay = min(timedelta(seconds=2**attempts), MAX_RETRY_DELAY)
+        jitter = timedelta(seconds=random.uniform(0, delay.total_seconds() / 4))
+        log.warning("turn %s failed (%s); retry %d in %s", turn.row_id, reason, attempts, delay)
+        batch.failed(turn, reason, self._clock() + delay + jitter)
+
+
+class ConversationSearch:
+    """The conversation search operations for authenticated callers."""
+
+    def __init__(
+        self,
+        turns: TurnStore,
+        index: ChunkIndex,
+        embedder: Embedder,
+        keywords: KeywordEncoder,
+        memory: MemoryStore,
+        indexer: Indexer,
+        clock: Clock,
+        *,
+        wake_worker: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._turns = turns
+        self._index = index
+        self._embedder = embedder
+        self._keywords = keywords
+        self._memory = memory
+        self._indexer = indexer
+        self._clock = clock
+        self._wake_worker = wake_worker
+
+    def index_turn(
+        self,
+        who: Identity,
+        conversation_id: str,
+        turn_id: str,
+        question: str,
+        answer: str,
+        turn_time: datetime | None,
+        *,
+        wait: bool = False,
+    ) -> IndexTurnResult:
+        """Accept a finished turn durably; index it now when `wait`, else in the background."""
+        violations = [
+            *_id_violations("conversation_id", conversation_id),
+            *_id_violations("turn_id", turn_id),
+        ]
+        if turn_time is None:
+            violations.append(FieldViolation("turn_time", "is required"))
+        text = turn_text(question, answer)
+        if not text:
+            violations.append(
+                FieldViolation("question", "question and answer are both empty after sanitizing")
+            )
+        if violations:
+            raise invalid(*violations)
+        assert turn_time is not None
+        chunked = split_text(text)
+        key = TurnKey(who.tenant_id, who.principal_id, conversation_id, turn_id)
+        indexed_text = chunked.indexed_text
+        outcome = self._turns.accept_turn(
+            NewTurn(key=key, text=indexed_text, turn_time=turn_time, accept_time=self._clock())
+        )
+        if outcome is AcceptOutcome.CONVERSATION_DELETED:
+            raise MemoriaError(
+                ErrorReason.CONVERSATION_DELETED,
+                "this conversation was deleted, so its turns are no longer accepted; "
+                "use a new conversation id",
+                metadata={"conversation_id": conversation_id},
+            )
+        if outcome is AcceptOutcome.MEMORY_DISABLED:
+            return IndexTurnResult(TurnOutcome.SKIPPED_MEMORY_DISABLED, 0, False, 0)
+        result = TurnOutcome.ACCEPTED
+        if wait and self._indexer.index_now(key):
+            result = TurnOutcome.INDEXED
+        elif not wait:
+            self._wake_worker()
+        return IndexTurnResult(result, len(chunked.chunks), chunked.truncated, len(indexed_text))
+
+    def search(self, who: Identity, query: str, page_size: int) -> list[SearchHit]:
+        """The caller's best-matching turns for `query`, best first (see `fuse`)."""
+        text = sanitize(query)
+        violations = []
+        if not text:
+            violations.append(FieldViolation("query", "must not be empty"))
+        elif len(text) > QUERY_MAX_CHARS:
+            violations.append(
+                FieldViolation("query", f"has {len(text)} characters; at most {QUERY_MAX_CHARS}")
+            )
+        if page_size < 0:
+            violations.append(FieldViolation("page_size", "must not be negative"))
+        if violations:
+            raise invalid(*violations)
+        turns = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        if not self._memory.read(who.tenant_id, who.principal_id).memory_enabled:
+            return []
+        scope = SearchScope(
+            who.tenant_id,
+            who.principal_id,
+            self._turns.deleted_conversations(who.tenant_id, who.principal_id),
+        )
+        encoded = EncodedQuery(
+            dense=self._embedder.embed_query(text), sparse=self._keywords.encode_query(text)
+        )
+        depth = max(turns * RETRIEVAL_DEPTH, MIN_RETRIEVAL_TURNS)
+        return fuse(self._index.search(scope, encoded, depth), turns)
+
+    def delete_conversation(self, who: Identity, conversation_id: str) -> int:
+        """Take one of the caller's conversations out of search for good; see the module."""
+        violations = _id_violations("conversation_id", conversation_id)
+        if violations:
+            raise invalid(*violations)
+        event = NewAuditEvent(
+            principal_id=who.principal_id,
+            action=AuditAction.CONVERSATION_DELETED,
+            writer=Writer.USER,
+            create_time=self._clock(),
+            conversation_id=conversation_id,
+            actor_principal_id=who.principal_id,
+        )
+        deleted = self._turns.delete_conversation(
+            who.tenant_id, who.principal_id, conversation_id, event
+        )
+        if deleted is not None:
+            self._wake_worker()  # the purge of its chunks
+        return deleted or 0
+
+    def erase(self, who: Identity, principal_id: str) -> Erasure:
+        """Erase all of a principal's memory: its own, or (administrators) another's."""
+        target = principal_id or who.principal_id
+        violations = _id_violations("principal_id", target)
+        if violations:
+            raise invalid(*violations)
+        if target != who.principal_id and not who.is_tenant_admin:
+            raise MemoriaError(
+                ErrorReason.PERMISSION_DENIED,
+                "erasing another principal's data requires the tenant administrator role",
+            )
+        event = NewAuditEvent(
+            principal_id=target,
+            action=AuditAction.PRINCIPAL_DATA_ERASED,
+            writer=Writer.USER,
+            create_time=self._clock(),
+            actor_principal_id=who.principal_id,
+        )
+        return self._turns.erase_principal(
+            who.tenant_id,
+            target,
+            event,
+            purge=lambda: self._index.delete_principal(who.tenant_id, target),
+        )
+
+
+def _id_violations(field: str, value: str) -> list[FieldViolation]:
+    """An id is 1 to ID_MAX_CHARS code points with no control or invisible characters."""
+    if not value:
+        return [FieldViolation(field, "is required")]
+    if len(value) > ID_MAX_CHARS:
+        return [FieldViolation(field, f"has {len(value)} characters; at most {ID_MAX_CHARS}")]
+    if sanitize(value) != value or "\n" in value or "\t" in value:
+        return [
+            FieldViolation(
+                field,
+                "must not contain control or invisible characters or surrounding whitespace",
+            )
+        ]
+    return []
