@@ -1,4 +1,5 @@
-"""The `memoria` command: `serve` the gRPC service, `migrate` a PostgreSQL schema."""
+"""The `memoria` command: `serve` the gRPC service, run an indexing `worker`, `migrate` a
+database schema."""
 
 from __future__ import annotations
 
@@ -23,8 +24,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen", help="HOST:PORT (default 127.0.0.1:50051; port 0 picks one)")
     serve.add_argument("--data-dir", type=Path, help="embedded default's data directory")
     serve.add_argument("--database-url", help="postgresql+psycopg://service-role@host/db")
+    serve.add_argument("--qdrant-url", help="Qdrant server URL; unset: embedded engine")
     serve.add_argument("--auth", choices=["auto", "jwt", "trusted-headers"])
     serve.add_argument("--port-file", type=Path, help="write the bound port here once serving")
+    work = sub.add_parser(
+        "worker",
+        help="index accepted turns in this process (PostgreSQL and a Qdrant server only)",
+    )
+    work.add_argument("--database-url", help="postgresql+psycopg://service-role@host/db")
+    work.add_argument("--qdrant-url", help="the Qdrant server, e.g. http://qdrant:6334")
     mig = sub.add_parser("migrate", help="bring a database schema to the newest revision")
     mig.add_argument("--database-url", help="the schema owner's URL (default: the embedded one)")
     mig.add_argument("--data-dir", type=Path)
@@ -35,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
 def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {
         key: value
-        for key in ("listen", "data_dir", "database_url", "auth")
+        for key in ("listen", "data_dir", "database_url", "qdrant_url", "auth")
         if (value := getattr(args, key, None)) is not None
     }
     return Settings(**overrides)
@@ -54,6 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)  # its plugin chatter is not news
     if args.command == "migrate":
         _migrate(settings, args.app_role)
+    elif args.command == "worker":
+        _worker(settings)
     else:
         _serve(settings, args.port_file)
 
@@ -73,6 +83,41 @@ def _migrate(settings: Settings, app_role: str | None) -> None:
     migrate.upgrade(engine, app_role=app_role)
     engine.dispose()
     log.info("schema is at the newest revision")
+
+
+def _worker(settings: Settings) -> None:
+    """Index turns until SIGTERM. Separate worker processes need shared stores: the embedded
+    SQLite database and Qdrant engine belong to the one `memoria serve` process that opened
+    them (its own worker threads index for it)."""
+    import threading
+
+    from server.app import build_engine, build_search_parts
+    from server.storage.sql import SqlMemoryStore
+    from server.worker import IndexWorker
+
+    if settings.embedded or settings.embedded_chunks:
+        sys.exit(
+            "memoria worker: needs --database-url and --qdrant-url; the embedded stores belong "
+            "to the `memoria serve` process, whose own worker threads index for it"
+        )
+    log.info("settings %s", settings.redacted())
+    store = SqlMemoryStore(build_engine(settings))
+    parts = build_search_parts(settings, store, store)
+    worker = IndexWorker(
+        parts.indexer,
+        threads=max(settings.index_worker_threads, 1),
+        batch_size=settings.index_batch_size,
+    )
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    signal.signal(signal.SIGINT, lambda *_: stopped.set())
+    worker.start()
+    log.info("indexing worker running")
+    stopped.wait()
+    worker.stop()
+    parts.index.close()
+    store.dispose()
+    log.info("stopped")
 
 
 def _serve(settings: Settings, port_file: Path | None) -> None:

@@ -19,13 +19,17 @@ from sqlalchemy.engine import make_url
 from memoria.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
+    conversation_search_service_pb2,
+    conversation_search_service_pb2_grpc,
     memory_block_service_pb2,
     memory_block_service_pb2_grpc,
 )
 from server.config import Settings
 from server.domain.audit import AuditLog, PageTokens
+from server.domain.keywords import KeywordEncoder
 from server.domain.memory import MemoryBlocks
-from server.domain.ports import MemoryStore
+from server.domain.ports import ChunkIndex, Embedder, MemoryStore
+from server.domain.search import ConversationSearch, Indexer
 from server.rpc.auth import (
     Authenticator,
     JwtAuthenticator,
@@ -35,17 +39,26 @@ from server.rpc.auth import (
 )
 from server.rpc.interceptor import MemoriaInterceptor
 from server.rpc.reflection import enable_reflection
-from server.rpc.servicers import AuditServicer, MemoryBlockServicer
+from server.rpc.servicers import (
+    AuditServicer,
+    ConversationSearchServicer,
+    MemoryBlockServicer,
+)
 from server.storage import migrate
 from server.storage.cache import CachedMemoryStore, PostgresChangeListener
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.sql import SqlMemoryStore
+from server.storage.turns import SqlTurnStore
+from server.worker import IndexWorker
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAMES = (
     memory_block_service_pb2.DESCRIPTOR.services_by_name["MemoryBlockService"].full_name,
     audit_service_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
+    conversation_search_service_pb2.DESCRIPTOR.services_by_name[
+        "ConversationSearchService"
+    ].full_name,
 )
 
 
@@ -124,6 +137,57 @@ def build_read_cache(
     return cache, listener
 
 
+def build_embedder(settings: Settings) -> Embedder:
+    """The embedding model (all-MiniLM-L6-v2 on onnxruntime, from the installed package)."""
+    from server.storage.embedding import OnnxMiniLmEmbedder
+
+    return OnnxMiniLmEmbedder(threads=settings.embedding_threads)
+
+
+def build_chunk_index(settings: Settings, embedder: Embedder) -> ChunkIndex:
+    """The chunk index: the embedded Qdrant engine under the data dir, or a Qdrant server."""
+    if settings.qdrant_url is None:
+        from server.storage.qdrant_edge import QdrantEdgeChunkIndex
+
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        return QdrantEdgeChunkIndex(
+            settings.data_dir / "chunks", embedder.dimension, embedder.model_id
+        )
+    from qdrant_client import QdrantClient
+
+    from server.storage.qdrant_server import QdrantServerChunkIndex
+
+    api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+    client = QdrantClient(url=settings.qdrant_url, api_key=api_key, prefer_grpc=True)
+    return QdrantServerChunkIndex(
+        client, settings.qdrant_collection, embedder.dimension, embedder.model_id
+    )
+
+
+@dataclass
+class SearchParts:
+    """Everything conversation search runs on, built once per process."""
+
+    turns: SqlTurnStore
+    index: ChunkIndex
+    embedder: Embedder
+    keywords: KeywordEncoder
+    indexer: Indexer
+
+
+def build_search_parts(
+    settings: Settings, store: SqlMemoryStore, reads: MemoryStore
+) -> SearchParts:
+    """The turn queue, chunk index, embedder and indexer (shared by serve and worker)."""
+    forget = reads.invalidate if isinstance(reads, CachedMemoryStore) else (lambda t, p: None)
+    turns = SqlTurnStore(store, forget=forget)
+    embedder = build_embedder(settings)
+    index = build_chunk_index(settings, embedder)
+    keywords = KeywordEncoder()
+    indexer = Indexer(turns, index, embedder, keywords, utc_now)
+    return SearchParts(turns, index, embedder, keywords, indexer)
+
+
 def page_token_key(settings: Settings) -> bytes:
     """The key that signs page tokens.
 
@@ -155,6 +219,8 @@ class Running:
     health: health.HealthServicer
     store: SqlMemoryStore
     listener: PostgresChangeListener | None
+    worker: IndexWorker
+    index: ChunkIndex
     _stopped: threading.Event
 
     def stop(self, grace: float) -> None:
@@ -164,6 +230,8 @@ class Running:
         self._stopped.set()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
+        self.worker.stop()
+        self.index.close()
         if self.listener is not None:
             self.listener.stop()
         self.store.dispose()
@@ -179,6 +247,22 @@ def start(settings: Settings) -> Running:
     reads, listener = build_read_cache(settings, store)
     blocks = MemoryBlocks(reads, utc_now, char_limit=settings.char_limit)
     audit = AuditLog(store, PageTokens(page_token_key(settings)))
+    parts = build_search_parts(settings, store, reads)
+    worker = IndexWorker(
+        parts.indexer,
+        threads=settings.index_worker_threads,
+        batch_size=settings.index_batch_size,
+    )
+    search = ConversationSearch(
+        parts.turns,
+        parts.index,
+        parts.embedder,
+        parts.keywords,
+        reads,
+        parts.indexer,
+        utc_now,
+        wake_worker=worker.wake,
+    )
 
     # Sync server with a thread pool, not grpc.aio: the handlers block on SQLAlchemy/psycopg,
     # and bench/sync_vs_aio.py measured the frameworks within about 15% of each other on a
@@ -198,6 +282,9 @@ def start(settings: Settings) -> Running:
         MemoryBlockServicer(blocks), server
     )
     audit_service_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(audit), server)
+    conversation_search_service_pb2_grpc.add_ConversationSearchServiceServicer_to_server(
+        ConversationSearchServicer(search), server
+    )
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)
@@ -205,6 +292,9 @@ def start(settings: Settings) -> Running:
     if port == 0:
         raise SystemExit(f"cannot listen on {settings.listen}")
     server.start()
+    worker.start()
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return Running(server, port, health_servicer, store, listener, threading.Event())
+    return Running(
+        server, port, health_servicer, store, listener, worker, parts.index, threading.Event()
+    )

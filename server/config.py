@@ -52,6 +52,19 @@ class Settings(BaseSettings):
     )
     char_limit: int = Field(DEFAULT_CHAR_LIMIT, gt=0, le=1_000_000)
 
+    qdrant_url: str | None = Field(
+        None, description="Qdrant server (gRPC preferred), e.g. http://qdrant:6333; unset: embedded"
+    )
+    qdrant_api_key: SecretStr | None = None
+    qdrant_collection: str = Field("memoria_chunks", min_length=1, max_length=255)
+    index_worker_threads: int = Field(
+        1, ge=0, le=64, description="indexing threads in this process; 0: run `memoria worker`"
+    )
+    index_batch_size: int = Field(16, ge=1, le=256, description="turns claimed per batch")
+    embedding_threads: int = Field(
+        1, ge=1, le=64, description="onnxruntime threads per embedding call"
+    )
+
     auth: AuthMode = Field(
         "auto", description="auto: trusted-headers on loopback only, else jwt (must be set up)"
     )
@@ -116,7 +129,13 @@ class Settings(BaseSettings):
 
     @property
     def embedded(self) -> bool:
+        """SQLite for blocks and audit (one process owns the data dir)."""
         return self.database_url is None
+
+    @property
+    def embedded_chunks(self) -> bool:
+        """The embedded Qdrant engine under the data dir (one process owns it)."""
+        return self.qdrant_url is None
 
     @classmethod
     def unknown_env(cls, environ: Mapping[str, str]) -> list[str]:

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from memoria.v1 import audit_service_pb2 as audit_pb
+from memoria.v1 import conversation_search_service_pb2 as search_pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from server.domain.audit import AuditRequest
 from server.domain.errors import FieldViolation, invalid
 from server.domain.memory import BlockView, SettingsView
-from server.domain.model import AuditAction, AuditEvent, Writer
+from server.domain.model import AuditAction, AuditEvent, SearchHit, Writer
+from server.domain.search import IndexTurnResult, TurnOutcome
 
 _WRITERS: dict[block_pb.Writer.ValueType, Writer] = {
     block_pb.WRITER_MODEL: Writer.MODEL,
@@ -82,9 +84,8 @@ def audit_request(msg: audit_pb.ListAuditEventsRequest) -> AuditRequest:
     )
 
 
-def _time(
-    msg: audit_pb.ListAuditEventsRequest, field: Literal["start_time", "end_time"]
-) -> datetime | None:
+def _time(msg: Any, field: str) -> datetime | None:
+    """A Timestamp field of `msg` as an aware UTC datetime; None when unset."""
     if not msg.HasField(field):
         return None
     ts: Timestamp = getattr(msg, field)
@@ -113,3 +114,37 @@ def audit_event_message(event: AuditEvent) -> audit_pb.AuditEvent:
     if event.memory_enabled is not None:
         msg.memory_enabled = event.memory_enabled
     return msg
+
+
+_OUTCOMES: dict[TurnOutcome, search_pb.IndexTurnOutcome.ValueType] = {
+    TurnOutcome.ACCEPTED: search_pb.INDEX_TURN_OUTCOME_ACCEPTED,
+    TurnOutcome.INDEXED: search_pb.INDEX_TURN_OUTCOME_INDEXED,
+    TurnOutcome.SKIPPED_MEMORY_DISABLED: search_pb.INDEX_TURN_OUTCOME_SKIPPED_MEMORY_DISABLED,
+}
+
+
+def turn_time_of(msg: search_pb.IndexTurnRequest) -> datetime | None:
+    """The turn's time; None when unset (the domain reports the missing field)."""
+    return _time(msg, "turn_time")
+
+
+def index_turn_response(result: IndexTurnResult) -> search_pb.IndexTurnResponse:
+    return search_pb.IndexTurnResponse(
+        outcome=_OUTCOMES[result.outcome],
+        chunk_count=result.chunk_count,
+        truncated=result.truncated,
+        indexed_char_count=result.indexed_char_count,
+    )
+
+
+def search_hit_message(hit: SearchHit) -> search_pb.SearchHit:
+    return search_pb.SearchHit(
+        conversation_id=hit.conversation_id,
+        turn_id=hit.turn_id,
+        chunk_index=hit.chunk_index,
+        text=hit.text,
+        turn_time=timestamp(hit.turn_time),
+        score=hit.score,
+        keyword_rank=hit.keyword_rank,
+        semantic_rank=hit.semantic_rank,
+    )

@@ -10,15 +10,21 @@ import grpc
 
 from memoria.v1 import audit_service_pb2 as audit_pb
 from memoria.v1 import audit_service_pb2_grpc as audit_grpc
+from memoria.v1 import conversation_search_service_pb2 as search_pb
+from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
 from server.domain.audit import AuditLog
 from server.domain.memory import MemoryBlocks
+from server.domain.search import ConversationSearch
 from server.rpc.convert import (
     audit_event_message,
     audit_request,
     block_message,
+    index_turn_response,
+    search_hit_message,
     settings_message,
+    turn_time_of,
     writer_of,
 )
 from server.rpc.interceptor import current_identity
@@ -98,4 +104,46 @@ class AuditServicer(audit_grpc.AuditServiceServicer):
         return audit_pb.ListAuditEventsResponse(
             events=[audit_event_message(e) for e in page.events],
             next_page_token=page.next_page_token,
+        )
+
+
+class ConversationSearchServicer(search_grpc.ConversationSearchServiceServicer):
+    """memoria.v1.ConversationSearchService."""
+
+    def __init__(self, search: ConversationSearch):
+        self._search = search
+
+    def IndexTurn(
+        self, request: search_pb.IndexTurnRequest, context: grpc.ServicerContext
+    ) -> search_pb.IndexTurnResponse:
+        result = self._search.index_turn(
+            current_identity(),
+            request.conversation_id,
+            request.turn_id,
+            request.question,
+            request.answer,
+            turn_time_of(request),
+            wait=request.wait,
+        )
+        return index_turn_response(result)
+
+    def SearchConversations(
+        self, request: search_pb.SearchConversationsRequest, context: grpc.ServicerContext
+    ) -> search_pb.SearchConversationsResponse:
+        hits = self._search.search(current_identity(), request.query, request.page_size)
+        return search_pb.SearchConversationsResponse(hits=[search_hit_message(h) for h in hits])
+
+    def DeleteConversation(
+        self, request: search_pb.DeleteConversationRequest, context: grpc.ServicerContext
+    ) -> search_pb.DeleteConversationResponse:
+        count = self._search.delete_conversation(current_identity(), request.conversation_id)
+        return search_pb.DeleteConversationResponse(deleted_turn_count=count)
+
+    def ErasePrincipalData(
+        self, request: search_pb.ErasePrincipalDataRequest, context: grpc.ServicerContext
+    ) -> search_pb.ErasePrincipalDataResponse:
+        erased = self._search.erase(current_identity(), request.principal_id)
+        return search_pb.ErasePrincipalDataResponse(
+            removed_line_count=erased.removed_line_count,
+            deleted_turn_count=erased.deleted_turn_count,
         )

@@ -173,11 +173,12 @@ class SqlMemoryStore:
 
     @contextmanager
     def transaction(
-        self, tenant_id: str, *, lock_principal: str | None = None
+        self, tenant_id: str, *, lock_principal: str | None = None, announce: bool = True
     ) -> Iterator[SqlMemoryTransaction]:
         """A unit of work in one tenant, through SQLAlchemy; commits when the block exits
         cleanly. With `lock_principal`, writers of that principal are serialized first (even
-        when it has no row yet). Store outages become STORE_UNAVAILABLE.
+        when it has no row yet) and, if `announce`, other replicas are told the principal's
+        memory changed. Store outages become STORE_UNAVAILABLE.
 
         On SQLite this is how every operation runs; on PostgreSQL it serves the audit listing
         (and tests that prepare data).
@@ -189,7 +190,7 @@ class SqlMemoryStore:
                     conn.execution_options(**{WRITE_OPTION: True})
                 with conn.begin():
                     tx = SqlMemoryTransaction(conn, tenant_id, self._postgres, self.origin)
-                    tx.begin(lock_principal)
+                    tx.begin(lock_principal, announce=announce)
                     yield tx
         except _UNAVAILABLE as error:
             raise _unavailable(error) from error
@@ -226,6 +227,9 @@ def _event_params(event: NewAuditEvent) -> dict[str, Any]:
         "added_line_count": event.added_line_count,
         "char_count": event.char_count,
         "memory_enabled": event.memory_enabled,
+        "conversation_id": event.conversation_id,
+        "deleted_turn_count": event.deleted_turn_count,
+        "actor_principal_id": event.actor_principal_id,
     }
 
 
@@ -243,6 +247,7 @@ _LOAD = select(
     .outerjoin(_s, (_s.c.tenant_id == _T) & (_s.c.principal_id == _P))
 )
 _DELETE_BLOCK = delete(_b).where(_b.c.tenant_id == _T, _b.c.principal_id == _P)
+_DELETE_SETTINGS = delete(_s).where(_s.c.tenant_id == _T, _s.c.principal_id == _P)
 _APPEND_AUDIT = insert(audit_events)
 _REDACT_AUDIT_LINES = (
     update(audit_events)
@@ -263,6 +268,10 @@ _SET_TENANT_AND_LOCK = text(
     "SELECT set_config('app.tenant_id', :tenant, true), "
     "pg_advisory_xact_lock(hashtextextended(:key, 0)), "
     f"pg_notify('{CHANGE_CHANNEL}', :payload)"
+)
+_SET_TENANT_AND_LOCK_QUIETLY = text(
+    "SELECT set_config('app.tenant_id', :tenant, true), "
+    "pg_advisory_xact_lock(hashtextextended(:key, 0))"
 )
 # The service role may not UPDATE the audit log, so blanking goes through a SECURITY DEFINER
 # function (migration 0002) that can change nothing but the line arrays.
@@ -298,19 +307,33 @@ class SqlMemoryTransaction:
         self._origin = origin
         self._put_block, self._put_settings = _UPSERTS["postgresql" if postgres else "sqlite"]
 
-    def begin(self, lock_principal: str | None) -> None:
-        """PostgreSQL: scope to the tenant and lock the writer's principal (SQLite's writers
-        are serialized by BEGIN IMMEDIATE and the store's lock)."""
+    @property
+    def connection(self) -> Connection:
+        """The transaction's connection, for other adapters' statements in the same unit."""
+        return self._conn
+
+    def begin(self, lock_principal: str | None, *, announce: bool = True) -> None:
+        """PostgreSQL: scope to the tenant and lock the writer's principal, announcing the
+        change unless told not to (SQLite's writers are serialized by BEGIN IMMEDIATE and
+        the store's lock)."""
         if not self._postgres:
             return
         if lock_principal is None:
             self._conn.execute(_SET_TENANT, {"tenant": self._tenant})
-        else:
-            key = f"{self._tenant}{KEY_SEPARATOR}{lock_principal}"
-            payload = f"{self._origin}{KEY_SEPARATOR}{key}"
-            self._conn.execute(
-                _SET_TENANT_AND_LOCK, {"tenant": self._tenant, "key": key, "payload": payload}
-            )
+            return
+        key = f"{self._tenant}{KEY_SEPARATOR}{lock_principal}"
+        if not announce:
+            self._conn.execute(_SET_TENANT_AND_LOCK_QUIETLY, {"tenant": self._tenant, "key": key})
+            return
+        payload = f"{self._origin}{KEY_SEPARATOR}{key}"
+        self._conn.execute(
+            _SET_TENANT_AND_LOCK, {"tenant": self._tenant, "key": key, "payload": payload}
+        )
+
+    def delete_settings(self, principal_id: str) -> None:
+        self._conn.execute(
+            _DELETE_SETTINGS, {"tenant_id": self._tenant, "principal_id": principal_id}
+        )
 
     def load(self, principal_id: str) -> PrincipalMemory:
         params = {"tenant_id": self._tenant, "principal_id": principal_id}
@@ -391,4 +414,7 @@ def _audit_event(row: Row[Any]) -> AuditEvent:
         added_line_count=m["added_line_count"],
         char_count=m["char_count"],
         memory_enabled=m["memory_enabled"],
+        conversation_id=m["conversation_id"],
+        deleted_turn_count=m["deleted_turn_count"],
+        actor_principal_id=m["actor_principal_id"],
     )

