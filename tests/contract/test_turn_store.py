@@ -1,0 +1,236 @@
+"""The turn queue, tombstones and erasure, on SQLite and on PostgreSQL as the service role."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import select
+
+from server.domain.model import (
+    AcceptOutcome,
+    AuditAction,
+    AuditQuery,
+    NewAuditEvent,
+    NewTurn,
+    StoredBlock,
+    StoredSettings,
+    TurnKey,
+    Writer,
+)
+from server.storage.sql import SqlMemoryStore
+from server.storage.tables import conversation_turns
+from server.storage.turns import SqlTurnStore
+
+T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
+LATER = T0 + timedelta(hours=1)
+
+
+@pytest.fixture
+def turns(sql_store: SqlMemoryStore) -> SqlTurnStore:
+    return SqlTurnStore(sql_store)
+
+
+def key(tenant: str, principal: str = "ana", conversation: str = "c1", turn: str = "t1") -> TurnKey:
+    return TurnKey(tenant, principal, conversation, turn)
+
+
+def accept(turns: SqlTurnStore, k: TurnKey, text: str = "hello there") -> AcceptOutcome:
+    return turns.accept_turn(NewTurn(key=k, text=text, turn_time=T0, accept_time=T0))
+
+
+def event(principal: str, action: AuditAction, conversation: str = "") -> NewAuditEvent:
+    return NewAuditEvent(
+        principal_id=principal,
+        action=action,
+        writer=Writer.USER,
+        create_time=T0,
+        conversation_id=conversation,
+    )
+
+
+def stored_text(store: SqlMemoryStore, tenant: str, k: TurnKey) -> tuple[str, str | None]:
+    t = conversation_turns
+    with store.transaction(tenant) as tx:
+        row = tx.connection.execute(
+            select(t.c.status, t.c.text).where(
+                t.c.tenant_id == k.tenant_id, t.c.turn_id == k.turn_id
+            )
+        ).one()
+    return row[0], row[1]
+
+
+def test_accept_claim_index_drops_the_text(
+    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
+) -> None:
+    k = key(tenant)
+    assert accept(turns, k, "question\n\nanswer") is AcceptOutcome.ACCEPTED
+    with turns.claim(10, LATER) as batch:
+        mine = [t for t in batch.turns if t.key == k]
+        assert len(mine) == 1 and mine[0].text == "question\n\nanswer"
+        batch.indexed(mine[0])
+    assert stored_text(sql_store, tenant, k) == ("indexed", None)
+    with turns.claim(10, LATER) as batch:
+        assert k not in [t.key for t in batch.turns]
+
+
+def test_resend_replaces_the_turn_even_after_indexing(turns: SqlTurnStore, tenant: str) -> None:
+    k = key(tenant)
+    accept(turns, k, "first")
+    accept(turns, k, "second")
+    with turns.claim(10, LATER, only=k) as batch:
+        (turn,) = batch.turns
+        assert turn.text == "second"
+        batch.indexed(turn)
+    accept(turns, k, "third")
+    with turns.claim(10, LATER, only=k) as batch:
+        assert [t.text for t in batch.turns] == ["third"]
+
+
+def test_resend_during_processing_keeps_the_new_version_queued(
+    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
+) -> None:
+    k = key(tenant)
+    accept(turns, k, "old")
+    resent = threading.Thread(target=accept, args=(turns, k, "new"))
+    with turns.claim(10, LATER, only=k) as batch:
+        (turn,) = batch.turns
+        resent.start()
+        resent.join(0.5)  # SQLite: done already; PostgreSQL: waits for the claim
+        batch.indexed(turn)
+    resent.join(10)
+    assert not resent.is_alive()
+    assert stored_text(sql_store, tenant, k) == ("pending", "new")
+
+
+def test_memory_off_refuses_turns(
+    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
+) -> None:
+    with sql_store.transaction(tenant, lock_principal="ana") as tx:
+        tx.put_settings("ana", StoredSettings(memory_enabled=False, update_time=T0))
+    assert accept(turns, key(tenant)) is AcceptOutcome.MEMORY_DISABLED
+    with turns.claim(10, LATER, only=key(tenant)) as batch:
+        assert batch.turns == ()
+
+
+def test_delete_conversation_tombstones_refuses_and_purges(
+    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
+) -> None:
+    for turn_id in ("t1", "t2"):
+        accept(turns, key(tenant, turn=turn_id))
+    accept(turns, key(tenant, conversation="c2"))
+    deleted = turns.delete_conversation(
+        tenant, "ana", "c1", event("ana", AuditAction.CONVERSATION_DELETED, "c1")
+    )
+    assert deleted == 2
+    assert turns.deleted_conversations(tenant, "ana") == {"c1"}
+    assert turns.deleted_conversations(tenant, "bob") == set()
+    assert accept(turns, key(tenant, turn="t3")) is AcceptOutcome.CONVERSATION_DELETED
+    assert accept(turns, key(tenant, principal="bob")) is AcceptOutcome.ACCEPTED
+    assert (
+        turns.delete_conversation(
+            tenant, "ana", "c1", event("ana", AuditAction.CONVERSATION_DELETED)
+        )
+        is None
+    )
+    (audit,) = sql_store.list_audit(tenant, AuditQuery(principal_id="ana"))
+    assert (audit.action, audit.deleted_turn_count) == (AuditAction.CONVERSATION_DELETED, 2)
+    assert audit.conversation_id == "c1"
+    with turns.claim_purges(100) as purges:
+        assert (tenant, "ana", "c1") in [
+            (p.tenant_id, p.principal_id, p.conversation_id) for p in purges
+        ]
+    assert turns.deleted_conversations(tenant, "ana") == set()
+    # Purged, but still refused: a late turn can never bring the conversation back.
+    assert accept(turns, key(tenant, turn="t4")) is AcceptOutcome.CONVERSATION_DELETED
+
+
+def test_failed_purge_stays_pending(turns: SqlTurnStore, tenant: str) -> None:
+    turns.delete_conversation(tenant, "ana", "c1", event("ana", AuditAction.CONVERSATION_DELETED))
+    with pytest.raises(RuntimeError), turns.claim_purges(100):
+        raise RuntimeError("index down")
+    assert turns.deleted_conversations(tenant, "ana") == {"c1"}
+
+
+def test_failures_retry_later_then_give_up(
+    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
+) -> None:
+    k = key(tenant)
+    accept(turns, k)
+    with turns.claim(1, LATER, only=k) as batch:
+        batch.failed(batch.turns[0], "ConnectionError", LATER + timedelta(minutes=1))
+    with turns.claim(1000, LATER) as batch:
+        assert k not in [t.key for t in batch.turns]
+    with turns.claim(1000, LATER + timedelta(minutes=2)) as batch:
+        (mine,) = [t for t in batch.turns if t.key == k]
+        assert mine.attempts == 1
+        batch.failed(mine, "ConnectionError", None)
+    assert stored_text(sql_store, tenant, k)[0] == "failed"
+    with turns.claim(1000, LATER + timedelta(days=1)) as batch:
+        assert k not in [t.key for t in batch.turns]
+
+
+def test_erase_removes_everything_but_counts(
+    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
+) -> None:
+    with sql_store.transaction(tenant, lock_principal="ana") as tx:
+        tx.put_block("ana", StoredBlock("line one\nline two", "e1", T0))
+        tx.put_settings("ana", StoredSettings(memory_enabled=True, update_time=T0))
+    accept(turns, key(tenant, turn="a"))
+    accept(turns, key(tenant, turn="b"))
+    accept(turns, key(tenant, principal="bob"))
+    purged: list[str] = []
+    erased = turns.erase_principal(
+        tenant, "ana", event("ana", AuditAction.PRINCIPAL_DATA_ERASED), lambda: purged.append("x")
+    )
+    assert (erased.removed_line_count, erased.deleted_turn_count) == (2, 2)
+    assert purged == ["x"]
+    memory = sql_store.read(tenant, "ana", fresh=True)
+    assert memory.block is None and memory.settings is None
+    with turns.claim(1000, LATER) as batch:
+        keys = [t.key for t in batch.turns]
+    assert key(tenant, principal="bob") in keys
+    assert not [k for k in keys if k.tenant_id == tenant and k.principal_id == "ana"]
+    (audit,) = sql_store.list_audit(tenant, AuditQuery(principal_id="ana"))
+    assert (audit.removed_line_count, audit.deleted_turn_count) == (2, 2)
+
+
+def test_erase_whose_purge_fails_erases_nothing(
+    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
+) -> None:
+    with sql_store.transaction(tenant, lock_principal="ana") as tx:
+        tx.put_block("ana", StoredBlock("keep me", "e1", T0))
+    accept(turns, key(tenant))
+
+    def fail() -> None:
+        raise ConnectionError("index unavailable")
+
+    with pytest.raises(ConnectionError):
+        turns.erase_principal(tenant, "ana", event("ana", AuditAction.PRINCIPAL_DATA_ERASED), fail)
+    assert sql_store.read(tenant, "ana", fresh=True).block is not None
+    assert sql_store.list_audit(tenant, AuditQuery(principal_id="ana")) == []
+    with turns.claim(1, LATER, only=key(tenant)) as batch:
+        assert len(batch.turns) == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("sql_store", ["postgres"], indirect=True)
+def test_postgres_claims_skip_each_others_turns_across_tenants(
+    turns: SqlTurnStore, tenant: str
+) -> None:
+    other = tenant + "-b"
+    for i in range(4):
+        accept(turns, key(tenant, turn=f"t{i}"))
+        accept(turns, key(other, turn=f"t{i}"))
+    mine = {key(tenant, turn=f"t{i}") for i in range(4)} | {
+        key(other, turn=f"t{i}") for i in range(4)
+    }
+    with turns.claim(1000, LATER) as first:
+        first_keys = {t.key for t in first.turns} & mine
+        with turns.claim(1000, LATER) as second:
+            second_keys = {t.key for t in second.turns} & mine
+    # The service role claims across tenants (through the definer function) ...
+    assert first_keys == mine
+    # ... and a second claimer never gets a turn the first one holds.
+    assert second_keys == set()
