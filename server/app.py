@@ -141,7 +141,7 @@ def build_embedder(settings: Settings) -> Embedder:
     """The embedding model (all-MiniLM-L6-v2 on onnxruntime, from the installed package)."""
     from server.storage.embedding import OnnxMiniLmEmbedder
 
-    return OnnxMiniLmEmbedder(threads=settings.embedding_threads)
+    return OnnxMiniLmEmbedder(intra_op_threads=settings.embedding_threads)
 
 
 def build_chunk_index(settings: Settings, embedder: Embedder) -> ChunkIndex:
@@ -176,13 +176,19 @@ class SearchParts:
 
 
 def build_search_parts(
-    settings: Settings, store: SqlMemoryStore, reads: MemoryStore
+    settings: Settings,
+    store: SqlMemoryStore,
+    reads: MemoryStore,
+    *,
+    embedder: Embedder | None = None,
+    index: ChunkIndex | None = None,
 ) -> SearchParts:
-    """The turn queue, chunk index, embedder and indexer (shared by serve and worker)."""
+    """The turn queue, chunk index, embedder and indexer (shared by serve and worker). An
+    embedder or index passed in is used as is (tests share one model across servers)."""
     forget = reads.invalidate if isinstance(reads, CachedMemoryStore) else (lambda t, p: None)
     turns = SqlTurnStore(store, forget=forget)
-    embedder = build_embedder(settings)
-    index = build_chunk_index(settings, embedder)
+    embedder = embedder or build_embedder(settings)
+    index = index or build_chunk_index(settings, embedder)
     keywords = KeywordEncoder()
     indexer = Indexer(turns, index, embedder, keywords, utc_now)
     return SearchParts(turns, index, embedder, keywords, indexer)
@@ -240,14 +246,17 @@ class Running:
         self.server.wait_for_termination()
 
 
-def start(settings: Settings) -> Running:
-    """Build everything and start serving on `settings.listen`."""
+def start(
+    settings: Settings, *, embedder: Embedder | None = None, index: ChunkIndex | None = None
+) -> Running:
+    """Build everything and start serving on `settings.listen`. `embedder` and `index`
+    replace the ones the settings describe (the process keeps owning what it built)."""
     engine = build_engine(settings)
     store = SqlMemoryStore(engine)
     reads, listener = build_read_cache(settings, store)
     blocks = MemoryBlocks(reads, utc_now, char_limit=settings.char_limit)
     audit = AuditLog(store, PageTokens(page_token_key(settings)))
-    parts = build_search_parts(settings, store, reads)
+    parts = build_search_parts(settings, store, reads, embedder=embedder, index=index)
     worker = IndexWorker(
         parts.indexer,
         threads=settings.index_worker_threads,

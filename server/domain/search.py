@@ -174,6 +174,8 @@ class Indexer:
         """Chunk and embed the batch's turns together (one model batch), then store each.
         A turn without text is already indexed (claimed by key after another processor)."""
         chunked = [(t, split_text(t.text).chunks) for t in batch.turns if t.text is not None]
+        if chunked:
+            log.debug("indexing turns %s", [t.row_id for t, _ in chunked])
         try:
             texts = [chunk for _, chunks in chunked for chunk in chunks]
             vectors = iter(self._embedder.embed_documents(texts))

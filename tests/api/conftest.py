@@ -12,9 +12,15 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from memoria.v1 import audit_service_pb2_grpc, memory_block_service_pb2_grpc
+from memoria.v1 import (
+    audit_service_pb2_grpc,
+    conversation_search_service_pb2_grpc,
+    memory_block_service_pb2_grpc,
+)
 from server.app import Running, start
 from server.config import Settings
+from server.domain.ports import ChunkIndex, Embedder
+from server.storage.embedding import OnnxMiniLmEmbedder
 from tests.conftest import SQL_KINDS, PgDatabase
 
 
@@ -27,6 +33,7 @@ class Api:
     blocks: memory_block_service_pb2_grpc.MemoryBlockServiceStub
     audit: audit_service_pb2_grpc.AuditServiceStub
     tenant: str
+    search: conversation_search_service_pb2_grpc.ConversationSearchServiceStub
 
     def who(
         self, principal: str, tenant: str | None = None, roles: str = ""
@@ -38,8 +45,25 @@ class Api:
         return md
 
 
-def start_server(settings: Settings) -> tuple[Running, grpc.Channel]:
-    running = start(settings)
+_EMBEDDER: list[Embedder] = []
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    """One embedding model for the whole session (loading it per server would dominate)."""
+    return shared_embedder()
+
+
+def shared_embedder() -> Embedder:
+    if not _EMBEDDER:
+        _EMBEDDER.append(OnnxMiniLmEmbedder(intra_op_threads=1))
+    return _EMBEDDER[0]
+
+
+def start_server(
+    settings: Settings, *, index: ChunkIndex | None = None
+) -> tuple[Running, grpc.Channel]:
+    running = start(settings, embedder=shared_embedder(), index=index)
     channel = grpc.insecure_channel(f"127.0.0.1:{running.port}")
     grpc.channel_ready_future(channel).result(timeout=10)
     return running, channel
@@ -73,6 +97,7 @@ def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
             memory_block_service_pb2_grpc.MemoryBlockServiceStub(channel),
             audit_service_pb2_grpc.AuditServiceStub(channel),
             tenant=f"t-{uuid.uuid4().hex[:10]}",
+            search=conversation_search_service_pb2_grpc.ConversationSearchServiceStub(channel),
         )
     finally:
         channel.close()

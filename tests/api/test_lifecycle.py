@@ -19,12 +19,18 @@ from typing import Protocol
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from memoria.v1 import conversation_search_service_pb2 as search_pb
+from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
+from server.storage.qdrant_edge import QdrantEdgeChunkIndex
+from tests.api.conftest import shared_embedder
+from tests.conftest import SQL_KINDS, PgDatabase
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORIA = ROOT / ".venv" / "bin" / "memoria"
@@ -59,9 +65,12 @@ class Server:
 
 
 class Launch(Protocol):
-    """Starts `memoria serve` on a data dir and returns it once it serves."""
+    """Starts `memoria serve` on a data dir (plus extra arguments and environment) and
+    returns it once it serves."""
 
-    def __call__(self, data_dir: Path) -> Server: ...
+    def __call__(
+        self, data_dir: Path, args: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ) -> Server: ...
 
 
 def _env() -> dict[str, str]:
@@ -92,7 +101,9 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
     """Starts `memoria serve` on a data dir; every process started is killed at the end."""
     started: list[Server] = []
 
-    def start(data_dir: Path) -> Server:
+    def start(
+        data_dir: Path, args: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ) -> Server:
         run = len(started)
         port_file = tmp_path / f"port-{run}"
         log = tmp_path / f"server-{run}.log"
@@ -107,9 +118,10 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
                     str(data_dir),
                     "--port-file",
                     str(port_file),
+                    *args,
                 ],
                 cwd=tmp_path,
-                env=_env(),
+                env={**_env(), **(env or {})},
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -166,6 +178,7 @@ def test_reflection_lists_the_services(launch: Launch, tmp_path: Path) -> None:
     assert {
         "memoria.v1.MemoryBlockService",
         "memoria.v1.AuditService",
+        "memoria.v1.ConversationSearchService",
         "grpc.health.v1.Health",
     } <= names
 
@@ -235,3 +248,69 @@ def test_a_message_over_the_receive_limit_is_refused_and_the_server_keeps_servin
     assert _rewrite(server, "still serving").changed
     health = health_pb2_grpc.HealthStub(server.channel)
     assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == SERVING
+
+
+@pytest.mark.parametrize("kind", SQL_KINDS)
+def test_a_worker_killed_mid_turn_indexes_it_once_after_restart(
+    launch: Launch, tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """SIGKILL (no cleanup of any kind) while the in-process worker embeds a 10-chunk turn;
+    after a restart the turn is indexed exactly once: 10 chunks, no duplicates."""
+    args: tuple[str, ...] = ()
+    if kind == "postgres":
+        db: PgDatabase = request.getfixturevalue("postgres")
+        args = ("--database-url", db.app_url)
+    data_dir = tmp_path / "data"
+    env = {"MEMORIA_LOG_LEVEL": "DEBUG"}
+    server = launch(data_dir, args, env)
+    stub = search_grpc.ConversationSearchServiceStub(server.channel)
+    tenant = f"t-kill-{kind}"
+    who = [("x-memoria-tenant", tenant), ("x-memoria-principal", "alice")]
+    answer = " ".join(f"paragraph {i} about the heron survey." for i in range(1300))
+    when = Timestamp()
+    when.GetCurrentTime()
+    accepted = stub.IndexTurn(
+        search_pb.IndexTurnRequest(
+            conversation_id="birds",
+            turn_id="t1",
+            question="Survey notes?",
+            answer=answer,
+            turn_time=when,
+        ),
+        metadata=who,
+    )
+    assert accepted.chunk_count == 10
+    _wait_for_line(server, "indexing turns")
+    server.process.kill()  # mid-turn: the worker is embedding 10 chunks
+    server.process.wait()
+    server.channel.close()
+
+    restarted = launch(data_dir, args, env)
+    stub = search_grpc.ConversationSearchServiceStub(restarted.channel)
+    deadline = time.monotonic() + 60
+    hits: list[search_pb.SearchHit] = []
+    while not hits and time.monotonic() < deadline:
+        hits = list(
+            stub.SearchConversations(
+                search_pb.SearchConversationsRequest(query="heron survey"), metadata=who
+            ).hits
+        )
+        if not hits:
+            time.sleep(0.2)  # polling the public API for the background worker, bounded
+    assert [(h.conversation_id, h.turn_id) for h in hits] == [("birds", "t1")]
+    assert restarted.terminate() == 0
+    embedder = shared_embedder()
+    index = QdrantEdgeChunkIndex(data_dir / "chunks", embedder.dimension, embedder.model_id)
+    try:
+        assert index.count(tenant, "alice", "birds") == 10
+    finally:
+        index.close()
+
+
+def _wait_for_line(server: Server, needle: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if needle in server.output():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{needle!r} never logged:\n{server.output()}")
