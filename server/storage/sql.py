@@ -63,7 +63,7 @@ from server.storage.tables import audit_events, memory_blocks, memory_settings
 
 log = logging.getLogger(__name__)
 
-_UNAVAILABLE = (
+UNAVAILABLE_ERRORS = (
     exc.OperationalError,
     exc.InterfaceError,
     exc.TimeoutError,
@@ -71,7 +71,7 @@ _UNAVAILABLE = (
 )
 
 
-def _unavailable(error: Exception) -> MemoriaError:
+def store_unavailable(error: Exception) -> MemoriaError:
     # Connection refused or lost, server shutting down, pool exhausted, lock timeout: nothing
     # was committed, and the caller may retry.
     log.warning("store unavailable: %s", type(error).__name__)
@@ -81,7 +81,7 @@ def _unavailable(error: Exception) -> MemoriaError:
     )
 
 
-def _utc(value: datetime) -> datetime:
+def as_utc(value: datetime) -> datetime:
     """SQLite returns naive datetimes; everything Memoria stores is UTC."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
@@ -158,14 +158,14 @@ class SqlMemoryStore:
         assert self._autocommit is not None
         try:
             pooled = self._autocommit.raw_connection()
-        except _UNAVAILABLE as error:
-            raise _unavailable(error) from error
+        except UNAVAILABLE_ERRORS as error:
+            raise store_unavailable(error) from error
         try:
             conn: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
             row = conn.execute(sql, params).fetchone()
         except psycopg.OperationalError as error:
             pooled.invalidate(error)
-            raise _unavailable(error) from error
+            raise store_unavailable(error) from error
         finally:
             pooled.close()
         assert row is not None  # both functions always return one row
@@ -192,8 +192,8 @@ class SqlMemoryStore:
                     tx = SqlMemoryTransaction(conn, tenant_id, self._postgres, self.origin)
                     tx.begin(lock_principal, announce=announce)
                     yield tx
-        except _UNAVAILABLE as error:
-            raise _unavailable(error) from error
+        except UNAVAILABLE_ERRORS as error:
+            raise store_unavailable(error) from error
 
 
 def _apply_params(tenant_id: str, change: Change) -> dict[str, Any]:
@@ -395,8 +395,8 @@ class SqlMemoryTransaction:
 
 def _principal_memory(row: tuple[Any, ...]) -> PrincipalMemory:
     """Block text, etag, time, then settings enabled, time (NULLs where there is no row)."""
-    block = None if row[0] is None else StoredBlock(row[0], row[1], _utc(row[2]))
-    settings = None if row[3] is None else StoredSettings(bool(row[3]), _utc(row[4]))
+    block = None if row[0] is None else StoredBlock(row[0], row[1], as_utc(row[2]))
+    settings = None if row[3] is None else StoredSettings(bool(row[3]), as_utc(row[4]))
     return PrincipalMemory(block=block, settings=settings)
 
 
@@ -407,7 +407,7 @@ def _audit_event(row: Row[Any]) -> AuditEvent:
         principal_id=m["principal_id"],
         action=AuditAction(m["action"]),
         writer=Writer(m["writer"]),
-        create_time=_utc(m["create_time"]),
+        create_time=as_utc(m["create_time"]),
         removed_lines=tuple(m["removed_lines"]),
         added_lines=tuple(m["added_lines"]),
         removed_line_count=m["removed_line_count"],

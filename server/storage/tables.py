@@ -1,4 +1,4 @@
-"""The relational schema of blocks, settings and audit events (SQLAlchemy Core).
+"""The relational schema: blocks, settings, audit events, the turn queue and tombstones.
 
 Every table carries `tenant_id` first: on PostgreSQL row-level security restricts each
 transaction to one tenant, and Citus can shard by it. The Alembic migrations create exactly

@@ -37,7 +37,7 @@ from server.domain.model import (
 )
 from server.domain.text import lines_of, sanitize
 from server.storage.engine import WRITE_OPTION
-from server.storage.sql import _UNAVAILABLE, SqlMemoryStore, _unavailable, _utc
+from server.storage.sql import UNAVAILABLE_ERRORS, SqlMemoryStore, as_utc, store_unavailable
 from server.storage.tables import conversation_tombstones, conversation_turns
 
 _t, _z = conversation_turns, conversation_tombstones
@@ -143,8 +143,8 @@ class SqlTurnStore:
                     turns = _claim_sqlite(conn, limit, now, only)
                 batch = _Batch(conn, turns, False)
                 yield batch
-        except _UNAVAILABLE as error:
-            raise _unavailable(error) from error
+        except UNAVAILABLE_ERRORS as error:
+            raise store_unavailable(error) from error
 
     def _claim_pg(
         self, conn: Connection, limit: int, now: datetime, only: TurnKey | None
@@ -223,8 +223,8 @@ class SqlTurnStore:
                 conn.execution_options(**{WRITE_OPTION: True})
                 with conn.begin():
                     _mark_purged(conn, purges, set_tenant=False)
-        except _UNAVAILABLE as error:
-            raise _unavailable(error) from error
+        except UNAVAILABLE_ERRORS as error:
+            raise store_unavailable(error) from error
 
     def erase_principal(
         self, tenant_id: str, principal_id: str, event: NewAuditEvent, purge: Callable[[], None]
@@ -352,7 +352,7 @@ def _rows(conn: Connection, stmt: Any) -> list[ClaimedTurn]:
                 # An indexed turn keeps no text; a failed one is processed again when a
                 # caller waits for it.
                 text=None if status == INDEXED else body,
-                turn_time=_utc(when),
+                turn_time=as_utc(when),
                 attempts=attempts,
             )
         )
