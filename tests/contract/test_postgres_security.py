@@ -14,8 +14,9 @@ import pytest
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
-from server.domain.model import AuditAction, NewAuditEvent, StoredBlock, Writer
+from server.domain.model import AuditAction, NewAuditEvent, NewTurn, StoredBlock, TurnKey, Writer
 from server.storage.sql import SqlMemoryStore
+from server.storage.turns import SqlTurnStore
 from tests.conftest import PgDatabase
 
 pytestmark = pytest.mark.postgres
@@ -170,3 +171,48 @@ def test_service_cannot_change_the_schema_or_disable_rls(app_engine: Engine) -> 
     ):
         with pytest.raises(ProgrammingError), app_engine.begin() as conn:
             conn.execute(text(ddl))
+
+
+def test_turn_queue_and_tombstones_are_tenant_scoped(app_engine: Engine, tenant: str) -> None:
+    """The queue's cross-tenant claim goes through the definer function, which returns ids
+    only; a plain (buggy) query as the service role still sees only its own tenant's turns."""
+    store = SqlMemoryStore(app_engine)
+    turns = SqlTurnStore(store)
+    other = tenant + "-b"
+    try:
+        for t in (tenant, other):
+            key = TurnKey(t, "ana", "c1", "t1")
+            turns.accept_turn(NewTurn(key, f"turn of {t}", NOW, NOW))
+            turns.delete_conversation(
+                t,
+                "ana",
+                "c2",
+                NewAuditEvent("ana", AuditAction.CONVERSATION_DELETED, Writer.USER, NOW),
+            )
+        with app_engine.begin() as conn:
+            scoped(conn, tenant)
+            texts = conn.execute(text("SELECT text FROM conversation_turns")).scalars().all()
+            stones = set(
+                conn.execute(text("SELECT tenant_id FROM conversation_tombstones")).scalars()
+            )
+            ids = {
+                row.tenant_id
+                for row in conn.execute(
+                    text("SELECT tenant_id FROM memoria_claim_turns(1000, now())")
+                )
+            }
+        assert texts == [f"turn of {tenant}"]
+        assert stones == {tenant}
+        assert {tenant, other} <= ids  # ids only, across tenants, for the worker
+        with app_engine.begin() as conn, pytest.raises(ProgrammingError):
+            scoped(conn, tenant)
+            conn.execute(
+                text(
+                    "INSERT INTO conversation_turns (tenant_id, principal_id, conversation_id,"
+                    " turn_id, version, status, text, turn_time, accept_time, due_time, attempts)"
+                    " VALUES (:other, 'ana', 'c', 't', 1, 'pending', 'x', now(), now(), now(), 0)"
+                ),
+                {"other": other},
+            )
+    finally:
+        store.dispose()
