@@ -1,0 +1,288 @@
+"""The chunk index on a Qdrant server or cluster, through qdrant-client (production).
+
+One collection holds every tenant's chunks (layout: chunk_index.py), with a keyword payload
+index on tenant_id marked `is_tenant`, so the server stores each tenant's points together.
+Production passes `QdrantClient(url=..., prefer_grpc=True)`; the contract tests pass
+`QdrantClient(location=":memory:")` (qdrant-client's local mode), which accepts the same calls.
+
+Decisions:
+- The embedding model is recorded in the collection's metadata (collection metadata exists
+  since Qdrant 1.16 and qdrant-client 1.16); every open compares it, and the vector
+  configuration, with this server's model. A server that drops the metadata (older than 1.16)
+  is refused at creation rather than left to mix models later.
+- A turn is written with one `batch_update_points` request: the upsert of its chunks, then the
+  delete of its chunks beyond the new count, both with `wait=True`, so the turn is stored and
+  searchable when the call returns. The server applies the two in order; a search between them
+  may still see a stale chunk, never a missing turn.
+- Search groups on the server: `query_points_groups` by turn_key with `group_size=1` returns
+  the best chunk of each turn. qdrant-client has no batch form of the groups query, so the two
+  sides are two calls; an error on either propagates (no one-sided results).
+- An unreachable server (connection refused, deadline exceeded, HTTP transport error) becomes
+  MemoriaError(STORE_UNAVAILABLE), like the SQL store's connection errors: nothing is changed
+  and the caller may retry. Other errors propagate as they are.
+
+Differences in local mode (tests only), none of which changes the calls made:
+- Payload indexes have no effect and are not reported back (`payload_schema` is empty), so
+  they are created again on each open; local mode warns once per process that they do
+  nothing, and the tests silence that one warning.
+- Local mode is pure Python and not thread-safe, so calls on a local-mode client take a lock;
+  on a real server the client is thread-safe and no lock is taken.
+- The IDF modifier and MAX_SIM multivectors are supported by local mode and score like the
+  server (the contract tests check ranking, not exact scores).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import grpc
+from qdrant_client import QdrantClient
+from qdrant_client import models as qm
+from qdrant_client.http.exceptions import ResponseHandlingException
+from qdrant_client.local.qdrant_local import QdrantLocal
+
+from server.domain.errors import ErrorReason, MemoriaError
+from server.domain.model import (
+    ChunkHit,
+    EncodedQuery,
+    IndexedChunk,
+    RetrievalResult,
+    SearchScope,
+    TurnKey,
+)
+from server.storage.chunk_index import (
+    CHUNK_INDEX,
+    DENSE_VECTOR,
+    KEYWORD_VECTOR,
+    PAYLOAD_INDEXES,
+    TURN_KEY,
+    ChunkIndexError,
+    FilterSpec,
+    IndexKind,
+    ModelRecord,
+    check_chunks,
+    chunk_hit,
+    chunk_payload,
+    owner_filter,
+    point_id,
+    scope_filter,
+    stale_chunks_filter,
+)
+
+log = logging.getLogger(__name__)
+
+_UNAVAILABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def _filter(spec: FilterSpec) -> qm.Filter:
+    must: list[qm.Condition] = [
+        qm.FieldCondition(key=key, match=qm.MatchValue(value=value)) for key, value in spec.must
+    ]
+    if spec.min_chunk_index is not None:
+        must.append(qm.FieldCondition(key=CHUNK_INDEX, range=qm.Range(gte=spec.min_chunk_index)))
+    must_not: list[qm.Condition] = [
+        qm.FieldCondition(key=key, match=qm.MatchAny(any=list(values)))
+        for key, values in spec.must_not_in
+    ]
+    return qm.Filter(must=must, must_not=must_not or None)
+
+
+def _index_schema(kind: IndexKind) -> qm.PayloadSchemaType | qm.KeywordIndexParams:
+    if kind is IndexKind.TENANT_KEYWORD:
+        return qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
+    if kind is IndexKind.KEYWORD:
+        return qm.PayloadSchemaType.KEYWORD
+    return qm.PayloadSchemaType.INTEGER
+
+
+@contextlib.contextmanager
+def _unavailable_as_domain_error() -> Iterator[None]:
+    try:
+        yield
+    except ResponseHandlingException as error:  # REST transport: refused, reset, timed out
+        raise _unavailable(error) from error
+    except grpc.RpcError as error:
+        if isinstance(error, grpc.Call) and error.code() in _UNAVAILABLE_CODES:
+            raise _unavailable(error) from error
+        raise
+
+
+def _unavailable(error: Exception) -> MemoriaError:
+    log.warning("chunk index unavailable: %s", type(error).__name__)
+    return MemoriaError(
+        ErrorReason.STORE_UNAVAILABLE,
+        "the conversation index is unavailable; nothing was changed, retry with backoff",
+    )
+
+
+class QdrantServerChunkIndex:
+    """The ChunkIndex port on one collection of a Qdrant server (created if missing).
+
+    Opening a collection whose vectors came from another model or dimension raises
+    EmbeddingMismatchError; one that Memoria did not create raises ChunkIndexError.
+    """
+
+    def __init__(
+        self, client: QdrantClient, collection: str, dimension: int, model_id: str
+    ) -> None:
+        self._client = client
+        self._collection = collection
+        self._dimension = dimension
+        self._record = ModelRecord(model_id=model_id, dimension=dimension)
+        # Local mode (tests) is not thread-safe; a server client is, and must not be serialized.
+        is_local = isinstance(getattr(client, "_client", None), QdrantLocal)
+        self._lock: contextlib.AbstractContextManager[Any] = (
+            threading.Lock() if is_local else contextlib.nullcontext()
+        )
+        with self._lock, _unavailable_as_domain_error():
+            if not client.collection_exists(collection):
+                self._create()
+            self._validate()
+
+    def _create(self) -> None:
+        try:
+            self._client.create_collection(
+                self._collection,
+                vectors_config={
+                    DENSE_VECTOR: qm.VectorParams(
+                        size=self._dimension,
+                        distance=qm.Distance.COSINE,
+                        multivector_config=qm.MultiVectorConfig(
+                            comparator=qm.MultiVectorComparator.MAX_SIM
+                        ),
+                    )
+                },
+                sparse_vectors_config={
+                    KEYWORD_VECTOR: qm.SparseVectorParams(modifier=qm.Modifier.IDF)
+                },
+                metadata=self._record.to_json(),
+            )
+        except Exception:
+            # Another replica may have created it at the same moment; then validate theirs.
+            if not self._client.collection_exists(self._collection):
+                raise
+
+    def _validate(self) -> None:
+        info = self._client.get_collection(self._collection)
+        where = f"collection {self._collection!r}"
+        stored = ModelRecord.from_json(info.config.metadata)
+        if stored is None:
+            raise ChunkIndexError(
+                f"{where} has no Memoria model record in its metadata: it was created by "
+                "another tool, or the Qdrant server is older than 1.16 and does not keep "
+                "collection metadata. Use another collection name or upgrade the server."
+            )
+        self._record.check_matches(stored, where)
+        vectors = info.config.params.vectors
+        dense = vectors.get(DENSE_VECTOR) if isinstance(vectors, dict) else None
+        sparse = (info.config.params.sparse_vectors or {}).get(KEYWORD_VECTOR)
+        if (
+            dense is None
+            or dense.size != self._dimension
+            or dense.distance != qm.Distance.COSINE
+            or dense.multivector_config is None
+            or dense.multivector_config.comparator != qm.MultiVectorComparator.MAX_SIM
+            or sparse is None
+            or sparse.modifier != qm.Modifier.IDF
+        ):
+            raise ChunkIndexError(
+                f"{where} does not have the vectors Memoria needs: {DENSE_VECTOR!r} (cosine "
+                f"MAX_SIM multivector of dimension {self._dimension}) and {KEYWORD_VECTOR!r} "
+                "(sparse, IDF modifier)"
+            )
+        for field, kind in PAYLOAD_INDEXES:  # idempotent; also adds indexes new in a release
+            if field not in info.payload_schema:
+                self._client.create_payload_index(
+                    self._collection, field, field_schema=_index_schema(kind), wait=True
+                )
+
+    def upsert_turn(
+        self, key: TurnKey, turn_time: datetime, chunks: Sequence[IndexedChunk]
+    ) -> None:
+        """Write the turn's chunks and delete its chunks beyond the new count, in one request."""
+        check_chunks(chunks, self._dimension)
+        operations: list[qm.UpdateOperation] = []
+        if chunks:
+            points = [
+                qm.PointStruct(
+                    id=point_id(key, chunk.chunk_index),
+                    vector={
+                        DENSE_VECTOR: [list(window) for window in chunk.dense],
+                        KEYWORD_VECTOR: qm.SparseVector(
+                            indices=list(chunk.sparse.indices), values=list(chunk.sparse.values)
+                        ),
+                    },
+                    payload=chunk_payload(key, turn_time, chunk),
+                )
+                for chunk in chunks
+            ]
+            operations.append(qm.UpsertOperation(upsert=qm.PointsList(points=points)))
+        stale = qm.FilterSelector(filter=_filter(stale_chunks_filter(key, len(chunks))))
+        operations.append(qm.DeleteOperation(delete=stale))
+        with self._lock, _unavailable_as_domain_error():
+            self._client.batch_update_points(self._collection, operations, wait=True)
+
+    def search(self, scope: SearchScope, query: EncodedQuery, turns: int) -> RetrievalResult:
+        """Both retrievals, each grouped by turn on the server (best chunk per turn)."""
+        if turns <= 0:
+            return RetrievalResult(keyword=(), semantic=())
+        where = _filter(scope_filter(scope))
+        semantic = self._grouped([list(query.dense)], DENSE_VECTOR, where, turns)
+        keyword: tuple[ChunkHit, ...] = ()
+        if query.sparse.indices:  # a query of stop words only has no keyword side
+            sparse = qm.SparseVector(
+                indices=list(query.sparse.indices), values=list(query.sparse.values)
+            )
+            keyword = self._grouped(sparse, KEYWORD_VECTOR, where, turns)
+        return RetrievalResult(keyword=keyword, semantic=semantic)
+
+    def _grouped(
+        self, query: list[list[float]] | qm.SparseVector, using: str, where: qm.Filter, turns: int
+    ) -> tuple[ChunkHit, ...]:
+        with self._lock, _unavailable_as_domain_error():
+            result = self._client.query_points_groups(
+                self._collection,
+                group_by=TURN_KEY,
+                query=query,
+                using=using,
+                query_filter=where,
+                limit=turns,
+                group_size=1,
+                with_payload=True,
+            )
+        return tuple(
+            chunk_hit(group.hits[0].payload or {}, group.hits[0].score)
+            for group in result.groups
+            if group.hits
+        )
+
+    def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:
+        """Delete every chunk of the conversation, however many, in one filtered delete."""
+        self._delete(owner_filter(tenant_id, principal_id, conversation_id))
+
+    def delete_principal(self, tenant_id: str, principal_id: str) -> None:
+        """Delete every chunk of the principal, however many, in one filtered delete."""
+        self._delete(owner_filter(tenant_id, principal_id))
+
+    def _delete(self, spec: FilterSpec) -> None:
+        selector = qm.FilterSelector(filter=_filter(spec))
+        with self._lock, _unavailable_as_domain_error():
+            self._client.delete(self._collection, points_selector=selector, wait=True)
+
+    def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
+        """Exact number of chunks of the principal, or of one of its conversations."""
+        spec = owner_filter(tenant_id, principal_id, conversation_id)
+        with self._lock, _unavailable_as_domain_error():
+            return self._client.count(
+                self._collection, count_filter=_filter(spec), exact=True
+            ).count
+
+    def close(self) -> None:
+        """Close the client: the index owns the client it was given."""
+        with self._lock:
+            self._client.close()

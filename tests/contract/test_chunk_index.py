@@ -1,0 +1,502 @@
+"""One contract over every ChunkIndex: the embedded Qdrant engine and a Qdrant server.
+
+The server adapter runs on qdrant-client's local mode, which takes the same calls as a server.
+Vectors are hand-made in 8 dimensions and keyword vectors are term counts under a stable hash,
+so each ranking asserted here follows from the data by hand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from qdrant_client import QdrantClient
+
+from server.domain.errors import ErrorReason, MemoriaError
+from server.domain.keywords import KeywordEncoder
+from server.domain.model import (
+    EncodedQuery,
+    IndexedChunk,
+    SearchScope,
+    SparseVector,
+    TurnKey,
+)
+from server.domain.ports import ChunkIndex
+from server.storage.chunk_index import (
+    ChunkIndexError,
+    ChunkIndexLockedError,
+    EmbeddingMismatchError,
+    point_id,
+    turn_key,
+    turn_of_point,
+)
+from server.storage.qdrant_edge import QdrantEdgeChunkIndex
+from server.storage.qdrant_server import QdrantServerChunkIndex
+
+ROOT = Path(__file__).resolve().parents[2]
+DIM = 8
+MODEL = "test-model-v1"
+T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+
+
+# --- Hand-made vectors ---------------------------------------------------------------------
+
+
+def unit(*components: float) -> tuple[float, ...]:
+    """A unit vector from the leading components (the rest zero)."""
+    padded = list(components) + [0.0] * (DIM - len(components))
+    norm = math.sqrt(sum(c * c for c in padded))
+    return tuple(c / norm for c in padded)
+
+
+E0, E1, E2, E3 = unit(1), unit(0, 1), unit(0, 0, 1), unit(0, 0, 0, 1)
+
+
+def term(token: str) -> int:
+    return int.from_bytes(hashlib.blake2b(token.encode(), digest_size=4).digest(), "big")
+
+
+def doc_sparse(text: str) -> SparseVector:
+    """Raw term counts: a token said three times outweighs one said once."""
+    counts = sorted(Counter(term(t) for t in text.lower().split()).items())
+    return SparseVector(tuple(i for i, _ in counts), tuple(float(n) for _, n in counts))
+
+
+def query(text: str, dense: tuple[float, ...] = E0) -> EncodedQuery:
+    indices = tuple(sorted({term(t) for t in text.lower().split()}))
+    return EncodedQuery(dense=dense, sparse=SparseVector(indices, tuple(1.0 for _ in indices)))
+
+
+def chunk(i: int, text: str, *dense: tuple[float, ...]) -> IndexedChunk:
+    return IndexedChunk(chunk_index=i, text=text, dense=dense or (E3,), sparse=doc_sparse(text))
+
+
+def key(tenant: str = "t1", principal: str = "ana", conv: str = "c1", turn: str = "u1") -> TurnKey:
+    return TurnKey(tenant, principal, conv, turn)
+
+
+def scope(
+    tenant: str = "t1", principal: str = "ana", deleted: frozenset[str] = frozenset()
+) -> SearchScope:
+    return SearchScope(tenant, principal, deleted)
+
+
+# --- Fixtures ------------------------------------------------------------------------------
+
+
+@dataclass
+class Opener:
+    """Opens indexes of one adapter kind on one store, and closes them all at the end."""
+
+    kind: str
+    tmp_path: Path
+    client: QdrantClient | None = None
+    opened: list[ChunkIndex] = field(default_factory=list)
+
+    def open(self, model_id: str = MODEL, dimension: int = DIM) -> ChunkIndex:
+        index: ChunkIndex
+        if self.kind == "edge":
+            index = QdrantEdgeChunkIndex(self.tmp_path / "chunks", dimension, model_id)
+        else:
+            assert self.client is not None
+            with warnings.catch_warnings():
+                # Local mode warns (once per process) that payload indexes do nothing there.
+                warnings.filterwarnings("ignore", "Payload indexes have no effect", UserWarning)
+                index = QdrantServerChunkIndex(self.client, "chunks", dimension, model_id)
+        self.opened.append(index)
+        return index
+
+    def reopen(self, index: ChunkIndex, model_id: str = MODEL, dimension: int = DIM) -> ChunkIndex:
+        """Open the same store again: the embedded store must be closed first (one owner);
+        the server index is left open, as its close would close the shared client."""
+        if self.kind == "edge":
+            index.close()
+        return self.open(model_id, dimension)
+
+
+@pytest.fixture(params=["edge", "server"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    client = QdrantClient(location=":memory:") if request.param == "server" else None
+    opener = Opener(request.param, tmp_path, client)
+    yield opener
+    for index in opener.opened:
+        index.close()  # idempotent on both; the server index closes the shared client
+
+
+@pytest.fixture
+def index(opener: Opener) -> ChunkIndex:
+    return opener.open()
+
+
+# --- Round trip ----------------------------------------------------------------------------
+
+
+def test_round_trip_keeps_payload_and_utc_time(index: ChunkIndex) -> None:
+    index.upsert_turn(
+        key(), T0, [chunk(0, "the invoice was paid", E0), chunk(1, "nothing else", E1)]
+    )
+    result = index.search(scope(), query("invoice", E0), 10)
+    for hits in (result.keyword, result.semantic):
+        hit = hits[0]
+        assert (hit.conversation_id, hit.turn_id, hit.chunk_index) == ("c1", "u1", 0)
+        assert hit.text == "the invoice was paid"
+        assert hit.turn_time == T0 and hit.turn_time.utcoffset() == timedelta(0)
+        assert hit.score > 0
+    assert index.count("t1", "ana") == 2
+
+
+def test_turn_time_in_another_zone_comes_back_as_the_same_instant(index: ChunkIndex) -> None:
+    local = datetime(2026, 3, 1, 14, 0, 0, 5, tzinfo=timezone(timedelta(hours=2)))
+    index.upsert_turn(key(), local, [chunk(0, "hello", E0)])
+    (hit,) = index.search(scope(), query("hello"), 1).keyword
+    assert hit.turn_time == local and hit.turn_time.tzinfo == UTC
+
+
+def test_naive_turn_time_is_refused(index: ChunkIndex) -> None:
+    with pytest.raises(ValueError, match="timezone"):
+        index.upsert_turn(key(), datetime(2026, 3, 1), [chunk(0, "hello")])
+    assert index.count("t1", "ana") == 0
+
+
+def test_malformed_chunks_are_refused_before_writing(index: ChunkIndex) -> None:
+    with pytest.raises(ValueError, match="chunk indexes"):
+        index.upsert_turn(key(), T0, [chunk(0, "a"), chunk(2, "b")])
+    with pytest.raises(ValueError, match="dimension"):
+        index.upsert_turn(key(), T0, [IndexedChunk(0, "a", ((1.0, 0.0),), doc_sparse("a"))])
+    with pytest.raises(ValueError, match="no dense"):
+        index.upsert_turn(key(), T0, [IndexedChunk(0, "a", (), doc_sparse("a"))])
+    assert index.count("t1", "ana") == 0
+
+
+# --- Ranking -------------------------------------------------------------------------------
+
+
+def test_best_chunk_per_turn_on_each_side(index: ChunkIndex) -> None:
+    index.upsert_turn(
+        key(turn="long"),
+        T0,
+        [
+            chunk(0, "alpha beta", E0),  # the semantic best of the turn
+            chunk(1, "alpha alpha alpha", unit(1, 1)),  # the keyword best of the turn
+            chunk(2, "alpha gamma", unit(1, 0, 1)),
+        ],
+    )
+    index.upsert_turn(key(turn="short"), T0, [chunk(0, "alpha delta", unit(1, 2))])
+    result = index.search(scope(), query("alpha", E0), 10)
+    assert [(h.turn_id, h.chunk_index) for h in result.keyword] == [("long", 1), ("short", 0)]
+    assert [(h.turn_id, h.chunk_index) for h in result.semantic] == [("long", 0), ("short", 0)]
+    assert result.keyword[0].score > result.keyword[1].score
+    assert result.semantic[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_turns_cuts_each_side_best_first(index: ChunkIndex) -> None:
+    for n in range(1, 6):  # turn n says "zeta" n times and leans n steps towards E0
+        index.upsert_turn(key(turn=f"u{n}"), T0, [chunk(0, "zeta " * n, unit(n, 6 - n))])
+    result = index.search(scope(), query("zeta", E0), 3)
+    assert [h.turn_id for h in result.keyword] == ["u5", "u4", "u3"]
+    assert [h.turn_id for h in result.semantic] == ["u5", "u4", "u3"]
+
+
+def test_a_turn_with_many_matching_chunks_does_not_hide_the_others(index: ChunkIndex) -> None:
+    # 30 chunks of one turn outrank everything; the engine must still find the other turn.
+    index.upsert_turn(key(turn="big"), T0, [chunk(i, "omega " * 5, E0) for i in range(30)])
+    index.upsert_turn(key(turn="small"), T0, [chunk(0, "omega", unit(1, 3))])
+    result = index.search(scope(), query("omega", E0), 2)
+    assert [h.turn_id for h in result.keyword] == ["big", "small"]
+    assert [h.turn_id for h in result.semantic] == ["big", "small"]
+
+
+def test_exact_rare_token_ranks_first_on_the_keyword_side(index: ChunkIndex) -> None:
+    for n in range(20):
+        index.upsert_turn(
+            key(turn=f"common{n}"),
+            T0,
+            [chunk(0, f"the invoice for account acct-{5000 + n} invoice invoice", E0)],
+        )
+    index.upsert_turn(key(turn="rare"), T0, [chunk(0, "account acct-4821 was closed", E1)])
+    result = index.search(scope(), query("invoice acct-4821", E0), 5)
+    assert result.keyword[0].turn_id == "rare"
+
+
+def test_exact_id_ranks_first_with_the_real_keyword_encoder(index: ChunkIndex) -> None:
+    encoder = KeywordEncoder()
+    texts = [f"Your account acct-{4822 + n} has a new invoice for the account." for n in range(15)]
+    texts.append("We moved the refund to acct-4821 yesterday.")
+    for n, text in enumerate(texts):
+        index.upsert_turn(
+            key(turn=f"u{n}"), T0, [IndexedChunk(0, text, (E0,), encoder.encode_document(text))]
+        )
+    encoded = EncodedQuery(dense=E1, sparse=encoder.encode_query("which account is acct-4821?"))
+    result = index.search(scope(), encoded, 5)
+    assert result.keyword[0].turn_id == f"u{len(texts) - 1}"
+
+
+def test_query_without_keyword_terms_has_an_empty_keyword_side(index: ChunkIndex) -> None:
+    index.upsert_turn(key(), T0, [chunk(0, "hello", E0)])
+    result = index.search(scope(), EncodedQuery(dense=E0, sparse=SparseVector((), ())), 5)
+    assert result.keyword == () and [h.turn_id for h in result.semantic] == ["u1"]
+
+
+def test_zero_turns_finds_nothing(index: ChunkIndex) -> None:
+    index.upsert_turn(key(), T0, [chunk(0, "hello", E0)])
+    result = index.search(scope(), query("hello"), 0)
+    assert result.keyword == () and result.semantic == ()
+
+
+# --- Re-indexing ---------------------------------------------------------------------------
+
+
+def test_writing_a_turn_again_is_idempotent(index: ChunkIndex) -> None:
+    chunks = [chunk(i, f"part {i} kappa", E0) for i in range(3)]
+    index.upsert_turn(key(), T0, chunks)
+    index.upsert_turn(key(), T0, chunks)
+    assert index.count("t1", "ana") == 3
+    assert len(index.search(scope(), query("kappa"), 10).keyword) == 1
+
+
+def test_a_shorter_turn_leaves_no_stale_chunks(index: ChunkIndex) -> None:
+    index.upsert_turn(key(), T0, [chunk(i, f"lambda marker{i}", E0) for i in range(5)])
+    index.upsert_turn(key(), T0, [chunk(i, f"lambda new{i}", E0) for i in range(2)])
+    assert index.count("t1", "ana") == 2
+    for token in ("marker2", "marker3", "marker4"):
+        result = index.search(scope(), query(token), 10)
+        assert result.keyword == ()
+        assert all(h.chunk_index < 2 for h in result.semantic)
+    assert {h.text for h in index.search(scope(), query("lambda"), 10).keyword} <= {
+        "lambda new0",
+        "lambda new1",
+    }
+
+
+def test_a_turn_sent_with_no_chunks_is_removed(index: ChunkIndex) -> None:
+    index.upsert_turn(key(), T0, [chunk(0, "mu", E0), chunk(1, "mu", E0)])
+    index.upsert_turn(key(), T0, [])
+    assert index.count("t1", "ana") == 0
+
+
+# --- Isolation and deletion ----------------------------------------------------------------
+
+OWNERS = [("t1", "ana"), ("t1", "bob"), ("t2", "ana"), ("t2", "bob")]
+
+
+def test_a_search_only_sees_its_own_principal(index: ChunkIndex) -> None:
+    # Identical conversation and turn ids, texts and vectors; only the turn time differs.
+    for n, (tenant, principal) in enumerate(OWNERS):
+        index.upsert_turn(
+            key(tenant, principal), T0 + timedelta(days=n), [chunk(0, "shared secret", E0)]
+        )
+    for n, (tenant, principal) in enumerate(OWNERS):
+        result = index.search(scope(tenant, principal), query("shared secret", E0), 10)
+        for hits in (result.keyword, result.semantic):
+            assert [h.turn_time for h in hits] == [T0 + timedelta(days=n)]
+        assert index.count(tenant, principal) == 1
+    assert index.search(scope("t3", "ana"), query("shared secret"), 10).keyword == ()
+
+
+def test_deleted_conversations_are_excluded(index: ChunkIndex) -> None:
+    for conv in ("c1", "c2", "c3"):
+        index.upsert_turn(key(conv=conv), T0, [chunk(0, "nu", E0)])
+    result = index.search(scope(deleted=frozenset({"c1", "c3"})), query("nu"), 10)
+    assert [h.conversation_id for h in result.keyword] == ["c2"]
+    assert [h.conversation_id for h in result.semantic] == ["c2"]
+    assert index.count("t1", "ana") == 3  # excluded from search, not deleted
+
+
+def fill(index: ChunkIndex, k: TurnKey, turns: int, chunks_per_turn: int) -> None:
+    for n in range(turns):
+        turn = TurnKey(k.tenant_id, k.principal_id, k.conversation_id, f"{k.turn_id}-{n}")
+        index.upsert_turn(turn, T0, [chunk(i, "xi", E0) for i in range(chunks_per_turn)])
+
+
+def test_delete_conversation_removes_every_chunk_and_nothing_else(index: ChunkIndex) -> None:
+    fill(index, key(conv="big"), 12, 100)  # 1,200 chunks
+    fill(index, key(conv="other"), 1, 3)
+    fill(index, key(principal="bob", conv="big"), 1, 2)
+    fill(index, key(tenant="t2", conv="big"), 1, 4)
+    assert index.count("t1", "ana", "big") == 1200
+    index.delete_conversation("t1", "ana", "big")
+    assert index.count("t1", "ana", "big") == 0
+    assert index.count("t1", "ana") == 3
+    assert index.count("t1", "bob", "big") == 2
+    assert index.count("t2", "ana", "big") == 4
+    assert [h.conversation_id for h in index.search(scope(), query("xi"), 10).keyword] == ["other"]
+
+
+def test_delete_principal_removes_every_chunk_and_nothing_else(index: ChunkIndex) -> None:
+    fill(index, key(conv="c1"), 6, 100)
+    fill(index, key(conv="c2"), 6, 100)
+    fill(index, key(principal="bob"), 1, 3)
+    fill(index, key(tenant="t2"), 1, 5)
+    assert index.count("t1", "ana") == 1200
+    index.delete_principal("t1", "ana")
+    assert index.count("t1", "ana") == 0
+    assert index.search(scope(), query("xi"), 10).semantic == ()
+    assert index.count("t1", "bob") == 3
+    assert index.count("t2", "ana") == 5
+
+
+# --- Threads -------------------------------------------------------------------------------
+
+
+def test_searches_run_while_a_writer_writes(index: ChunkIndex) -> None:
+    index.upsert_turn(key(turn="fixed"), T0, [chunk(0, "pi", E0)])
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for n in range(30):
+                index.upsert_turn(key(turn=f"w{n}"), T0, [chunk(0, "pi rho", E1)])
+                index.delete_conversation("t1", "ana", "gone")
+        except BaseException as error:
+            errors.append(error)
+
+    def reader() -> None:
+        try:
+            for _ in range(30):
+                assert index.search(scope(), query("pi", E0), 5).semantic[0].turn_id == "fixed"
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    threads.append(threading.Thread(target=reader))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert index.count("t1", "ana") == 31
+
+
+# --- The model record ----------------------------------------------------------------------
+
+
+def test_another_model_or_dimension_is_refused(opener: Opener, index: ChunkIndex) -> None:
+    index.upsert_turn(key(), T0, [chunk(0, "sigma", E0)])
+    with pytest.raises(EmbeddingMismatchError, match="other-model"):
+        opener.reopen(index, model_id="other-model")
+    with pytest.raises(EmbeddingMismatchError, match="dimension 8"):
+        opener.reopen(index, dimension=16)
+    again = opener.open()
+    assert again.count("t1", "ana") == 1
+
+
+# --- The server only ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prefer_grpc", [True, False])
+def test_unreachable_server_is_store_unavailable(prefer_grpc: bool) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = QdrantClient(
+        url=f"http://127.0.0.1:{port}", prefer_grpc=prefer_grpc, check_compatibility=False
+    )
+    try:
+        with pytest.raises(MemoriaError) as raised:
+            QdrantServerChunkIndex(client, "chunks", DIM, MODEL)
+        assert raised.value.reason is ErrorReason.STORE_UNAVAILABLE
+    finally:
+        client.close()
+
+
+# --- The embedded engine only --------------------------------------------------------------
+
+
+@pytest.fixture
+def edge(tmp_path: Path) -> Iterator[Callable[[], QdrantEdgeChunkIndex]]:
+    opened: list[QdrantEdgeChunkIndex] = []
+
+    def open_edge() -> QdrantEdgeChunkIndex:
+        opened.append(QdrantEdgeChunkIndex(tmp_path / "chunks", DIM, MODEL))
+        return opened[-1]
+
+    yield open_edge
+    for index in opened:
+        index.close()
+
+
+def test_edge_keeps_chunks_across_close_and_reopen(
+    edge: Callable[[], QdrantEdgeChunkIndex],
+) -> None:
+    first = edge()
+    first.upsert_turn(key(), T0, [chunk(0, "tau", E0), chunk(1, "upsilon", E1)])
+    first.close()
+    first.close()  # idempotent
+    second = edge()
+    assert second.count("t1", "ana") == 2
+    (hit,) = second.search(scope(), query("upsilon", E1), 5).keyword
+    assert (hit.chunk_index, hit.text, hit.turn_time) == (1, "upsilon", T0)
+
+
+def test_edge_second_open_names_the_data_dir(
+    edge: Callable[[], QdrantEdgeChunkIndex], tmp_path: Path
+) -> None:
+    edge()
+    with pytest.raises(ChunkIndexLockedError, match=re.escape(str(tmp_path / "chunks"))):
+        edge()
+
+
+def test_edge_refuses_a_shard_without_a_model_record(
+    edge: Callable[[], QdrantEdgeChunkIndex], tmp_path: Path
+) -> None:
+    edge().close()
+    (tmp_path / "chunks" / "memoria-index.json").unlink()
+    with pytest.raises(ChunkIndexError, match=re.escape("memoria-index.json")):
+        edge()
+
+
+def test_edge_upsert_survives_a_killed_process(tmp_path: Path) -> None:
+    # The child upserts without flushing or closing, then dies by SIGKILL.
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from datetime import UTC, datetime
+        from pathlib import Path
+        from server.domain.model import IndexedChunk, SparseVector, TurnKey
+        from server.storage.qdrant_edge import QdrantEdgeChunkIndex
+        index = QdrantEdgeChunkIndex(Path({str(tmp_path / "chunks")!r}), {DIM}, {MODEL!r})
+        vector = (1.0,) + (0.0,) * {DIM - 1}
+        chunks = [IndexedChunk(i, "phi", (vector,), SparseVector((7,), (1.0,))) for i in range(3)]
+        index.upsert_turn(TurnKey("t1", "ana", "c1", "u1"), datetime.now(UTC), chunks)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "generated/python")])}
+    child = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=60)
+    assert child.returncode == -9, child.stderr.decode()
+    index = QdrantEdgeChunkIndex(tmp_path / "chunks", DIM, MODEL)
+    try:
+        assert index.count("t1", "ana") == 3
+    finally:
+        index.close()
+
+
+# --- Shared helpers ------------------------------------------------------------------------
+
+
+def test_point_ids_are_deterministic_and_unambiguous() -> None:
+    assert point_id(key(), 0) == point_id(key(), 0)
+    assert point_id(key(), 0) != point_id(key(), 1)
+    # The same characters split differently across the parts must not collide.
+    assert point_id(TurnKey("a", "b:c", "d", "e"), 0) != point_id(TurnKey("a:b", "c", "d", "e"), 0)
+    assert point_id(TurnKey("a", "b", "cd", "e"), 0) != point_id(TurnKey("a", "bc", "d", "e"), 0)
+    assert turn_key(TurnKey("a", "b", "cd", "e")) != turn_key(TurnKey("a", "bc", "d", "e"))
+
+
+def test_the_turn_of_a_point_is_read_off_its_id() -> None:
+    assert turn_of_point(point_id(key(), 0)) == turn_of_point(point_id(key(), 9))
+    assert turn_of_point(point_id(key(), 0)) != turn_of_point(point_id(key(turn="u2"), 0))
