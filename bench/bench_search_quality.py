@@ -204,9 +204,9 @@ def rrf(
 
 
 SWEEP: list[tuple[str, dict[str, float]]] = [
-    ("service: RRF k=60, depth 30", {"k": 60, "depth": 30, "w_kw": 1, "w_sem": 1}),
+    ("service: RRF k=60, depth 10", {"k": 60, "depth": 10, "w_kw": 1, "w_sem": 1}),
+    ("RRF k=60, depth 30", {"k": 60, "depth": 30, "w_kw": 1, "w_sem": 1}),
     ("RRF k=60, depth 20", {"k": 60, "depth": 20, "w_kw": 1, "w_sem": 1}),
-    ("RRF k=60, depth 10", {"k": 60, "depth": 10, "w_kw": 1, "w_sem": 1}),
     ("RRF k=60, depth 5", {"k": 60, "depth": 5, "w_kw": 1, "w_sem": 1}),
     ("RRF k=10, depth 30", {"k": 10, "depth": 30, "w_kw": 1, "w_sem": 1}),
     ("RRF k=60, depth 30, keyword x0.5", {"k": 60, "depth": 30, "w_kw": 0.5, "w_sem": 1}),

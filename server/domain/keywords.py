@@ -47,16 +47,20 @@ _TOKEN = re.compile(
 )
 _PART = re.compile(_WORD)
 
+# NLTK's English list (the apostrophe-free forms: the tokenizer splits "hasn't" into
+# "hasn" and "t"), plus would, could, get, got.
 STOP_WORDS = frozenset(
     """
-    a about above after again against all am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for
-    from further had has have having he her here hers herself him himself his how i if
-    in into is it its itself just me more most my myself no nor not now of off on once
-    only or other our ours ourselves out over own same she should so some such than that
-    the their theirs them themselves then there these they this those through to too
-    under until up very was we were what when where which while who whom why will with
-    would you your yours yourself yourselves s t d ll m re ve
+    a about above after again against ain all am an and any are aren as at be because
+    been before being below between both but by can could couldn d did didn do does
+    doesn doing don down during each few for from further get got had hadn has hasn have
+    haven having he her here hers herself him himself his how i if in into is isn it its
+    itself just ll m ma me mightn more most mustn my myself needn no nor not now o of
+    off on once only or other our ours ourselves out over own re s same shan she should
+    shouldn so some such t than that the their theirs them themselves then there these
+    they this those through to too under until up ve very was wasn we were weren what
+    when where which while who whom why will with won would wouldn y you your yours
+    yourself yourselves
     """.split()  # noqa: SIM905 (a word list reads better as text)
 )
 
