@@ -8,7 +8,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: setup serve test generate lint pg-start pg-stop bench
+.PHONY: setup serve test test-clients generate lint pg-start pg-stop bench
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	scripts/test.sh $(ARGS)
+
+test-clients: $(STAMP)
+	scripts/test-clients.sh
 
 generate: $(STAMP)
 	scripts/generate.sh

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: static checks, then pytest against SQLite and a real PostgreSQL.
+# The whole test suite: static checks; the TypeScript and Go clients, buf curl and ghz against
+# one running server (scripts/test-clients.sh); then pytest against SQLite and a real PostgreSQL.
 # PostgreSQL is started by scripts/pg.sh (installed with apt-get when missing and root).
 # MEMORIA_REQUIRE_POSTGRES=1 makes a missing PostgreSQL a failure, never a skip.
 set -euo pipefail
@@ -7,6 +8,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 scripts/lint.sh
+
+echo "== clients against a running server" >&2
+scripts/test-clients.sh
 
 echo "== PostgreSQL" >&2
 # Two steps, so that a failing start stops the run (eval "$(...)" would hide its status).
