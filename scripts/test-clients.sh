@@ -7,15 +7,10 @@
 #   a bounded ghz run of each hot RPC's config in bench/ghz/,
 # then stops the server (also on failure, when it prints the server log's tail). Any failure
 # fails the script. Everything it needs is installed by scripts/tools.sh and bench/ghz.sh.
-#
-# MEMORIA_CLIENT_SEARCH=1 adds the conversation search calls (TypeScript, Go, ghz). They are off
-# until the server implements ConversationSearchService; without it the TypeScript and Go
-# search tests report themselves as skipped.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bin="$root/.venv/bin"
-search="${MEMORIA_CLIENT_SEARCH:-0}"
 
 scripts/tools.sh
 ghz=$(bench/ghz.sh)
@@ -79,8 +74,8 @@ until [[ -s $work/port ]] && health=$(curl_grpc "http://127.0.0.1:$(<"$work/port
 done
 addr="127.0.0.1:$(<"$work/port")"
 url="http://$addr"
-export MEMORIA_ADDR="$addr" MEMORIA_CLIENT_SEARCH="$search"
-echo "server ready on $addr; conversation search client tests: $([[ $search == 1 ]] && echo on || echo 'off (MEMORIA_CLIENT_SEARCH != 1)')" >&2
+export MEMORIA_ADDR="$addr"
+echo "server ready on $addr" >&2
 
 echo "== TypeScript client (clients/ts)" >&2
 (cd clients/ts && npm test --silent)
@@ -142,9 +137,7 @@ check "ghz rewrite landed" "$out" \
   'r["memoryBlock"]["text"] == "Load test 7\nPreferred name: P7\nUses Jira account p-7\nLikes short answers"'
 ghz_run get
 ghz_run render
-if [[ $search == 1 ]]; then
-  ghz_run search
-fi
+ghz_run search
 
 stop_server
 echo "client checks passed" >&2

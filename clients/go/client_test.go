@@ -4,9 +4,6 @@ package memoriaclient
 // start nothing: scripts/test.sh starts the server and passes its address in MEMORIA_ADDR
 // (host:port on loopback, trusted-headers mode). Without MEMORIA_ADDR the server tests fail;
 // only the character-count vectors run on their own.
-//
-// Conversation search runs only with MEMORIA_CLIENT_SEARCH=1 (its server side lands later);
-// without it TestSearchFindsIndexedTurn is skipped with that reason.
 
 import (
 	"context"
@@ -419,9 +416,6 @@ func TestServerCountsEveryVectorAsTheHelper(t *testing.T) {
 }
 
 func TestSearchFindsIndexedTurn(t *testing.T) {
-	if os.Getenv("MEMORIA_CLIENT_SEARCH") != "1" {
-		t.Skip("MEMORIA_CLIENT_SEARCH is not 1 (the server does not implement search yet)")
-	}
 	c := connect(t)
 	ctx := as(t, "searcher")
 	token := "acct-" + randomHex(3)

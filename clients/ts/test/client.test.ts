@@ -2,9 +2,6 @@
  * The generated TypeScript stubs (protobuf-es v2 + Connect v2 over gRPC) against a running
  * Memoria server. The test starts nothing: scripts/test.sh starts the server and passes its
  * address in MEMORIA_ADDR (host:port on loopback, trusted-headers mode).
- *
- * Conversation search runs only with MEMORIA_CLIENT_SEARCH=1 (its server side lands later);
- * without it that one test is reported as skipped, with the reason.
  */
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
@@ -28,7 +25,6 @@ import { MemoryBlockService } from "../gen/memoria/v1/memory_block_service_pb.js
 
 const addr = process.env.MEMORIA_ADDR;
 if (!addr) throw new Error("MEMORIA_ADDR is not set: scripts/test.sh starts the server and sets it");
-const searchEnabled = process.env.MEMORIA_CLIENT_SEARCH === "1";
 
 const transport = createGrpcTransport({ baseUrl: `http://${addr}` });
 const blocks = createClient(MemoryBlockService, transport);
@@ -260,7 +256,6 @@ describe("memory block service", () => {
 describe("conversation search", () => {
   test(
     "an indexed turn is found by a rare token",
-    { skip: searchEnabled ? false : "MEMORIA_CLIENT_SEARCH is not 1 (the server does not implement search yet)" },
     async () => {
       const me = as("searcher");
       const token = `acct-${Math.floor(100000 + Math.random() * 900000)}`;
