@@ -51,12 +51,17 @@ WINDOW_OVERLAP = 32
 """Least number of word pieces that consecutive windows share (see the module docstring)."""
 
 DEFAULT_INTRA_OP_THREADS = 1
-"""Threads per model run. On the 2-core reference machine a second thread makes one query
-only about 1.4x faster (bench/bench_embedding.py) while taking the core that the gRPC threads
-and the indexing worker need; independent calls still run in parallel on their own threads."""
-DEFAULT_MAX_BATCH_TOKENS = 4096
-"""Padded tokens per model run when embedding documents: 16 full windows. Larger batches were
-not faster here, and attention memory grows with batch x length^2."""
+"""Threads per model run. Measured on the 2-core reference machine (bench/bench_embedding.py):
+a second thread makes a query at most 1.1-1.3x faster and chunks up to 1.8x faster on a quiet
+machine, but while the worker indexes, queries got 2-3x slower at p99 than with one thread,
+as both runs fought for both cores; with one thread each run stays on its caller's core, and
+concurrent calls still run in parallel. Raise it where cores are spare, such as a separate
+`memoria worker` process."""
+DEFAULT_MAX_BATCH_TOKENS = 1024
+"""Padded tokens per model run when embedding documents (4 full windows, or dozens of short
+ones). Measured here, 256 to 4,096 give the same throughput within noise; onnxruntime's memory
+arena grows with the largest batch (attention is batch x length^2), and at 4,096 the process
+held about 220 MB more than at 1,024."""
 
 Vector = tuple[float, ...]
 Multivector = tuple[Vector, ...]
