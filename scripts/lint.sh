@@ -20,3 +20,6 @@ echo "== ruff / mypy" >&2
 "$bin/ruff" check .
 "$bin/ruff" format --check .
 "$bin/mypy"
+
+echo "== search evaluation set matches its generator" >&2
+"$bin/python" bench/eval/make_dataset.py --check >/dev/null

@@ -314,3 +314,12 @@ def _wait_for_line(server: Server, needle: str, timeout: float = 30.0) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"{needle!r} never logged:\n{server.output()}")
+
+
+def test_worker_refuses_the_embedded_stores(tmp_path: Path) -> None:
+    """The embedded SQLite and Qdrant engine belong to the one serving process."""
+    done = subprocess.run(
+        [str(MEMORIA), "worker"], cwd=tmp_path, env=_env(), capture_output=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert b"needs --database-url and --qdrant-url" in done.stderr
