@@ -1,0 +1,131 @@
+"""The indexer's retry policy: a failing index costs attempts with growing delays, a turn
+that keeps failing is recorded as failed, and a recovered index takes the turn once.
+
+Runs the domain's `Indexer` over the real SQLite turn queue and the real embedded chunk index;
+only the embedder is a small deterministic stand-in (the model itself is tested in
+test_embedding.py), and the index is wrapped to fail on demand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from server.domain.keywords import KeywordEncoder
+from server.domain.model import IndexedChunk, NewTurn, TurnKey
+from server.domain.search import MAX_INDEX_ATTEMPTS, Indexer
+from server.storage import migrate
+from server.storage.engine import create_store_engine, sqlite_url
+from server.storage.qdrant_edge import QdrantEdgeChunkIndex
+from server.storage.sql import SqlMemoryStore
+from server.storage.tables import conversation_turns
+from server.storage.turns import SqlTurnStore
+
+DIM = 8
+T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
+KEY = TurnKey("t", "ana", "c1", "turn-1")
+
+
+class HashEmbedder:
+    """Deterministic unit vectors from a hash of the text: one window per text."""
+
+    model_id = "hash-embedder-8"
+    dimension = DIM
+
+    def embed_documents(self, texts: Sequence[str]) -> list[tuple[tuple[float, ...], ...]]:
+        return [(self.embed_query(t),) for t in texts]
+
+    def embed_query(self, text: str) -> tuple[float, ...]:
+        raw = [b - 127.5 for b in hashlib.sha256(text.encode()).digest()[:DIM]]
+        norm = sum(x * x for x in raw) ** 0.5
+        return tuple(x / norm for x in raw)
+
+
+class FlakyIndex(QdrantEdgeChunkIndex):
+    """The real embedded index, failing its writes while `down` is set."""
+
+    down = False
+
+    def upsert_turn(
+        self, key: TurnKey, turn_time: datetime, chunks: Sequence[IndexedChunk]
+    ) -> None:
+        if self.down:
+            raise ConnectionError("index unavailable")
+        super().upsert_turn(key, turn_time, chunks)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def parts(
+    tmp_path: Path,
+) -> Iterator[tuple[Indexer, SqlTurnStore, FlakyIndex, Clock, SqlMemoryStore]]:
+    engine = create_store_engine(sqlite_url(tmp_path))
+    migrate.upgrade(engine)
+    store = SqlMemoryStore(engine)
+    turns = SqlTurnStore(store)
+    index = FlakyIndex(tmp_path / "chunks", DIM, HashEmbedder.model_id)
+    clock = Clock()
+    indexer = Indexer(turns, index, HashEmbedder(), KeywordEncoder(), clock)
+    try:
+        yield indexer, turns, index, clock, store
+    finally:
+        index.close()
+        store.dispose()
+
+
+def row(store: SqlMemoryStore) -> tuple[str, int, str | None, datetime]:
+    t = conversation_turns
+    with store.transaction("t") as tx:
+        status, attempts, error, due = tx.connection.execute(
+            select(t.c.status, t.c.attempts, t.c.last_error, t.c.due_time)
+        ).one()
+    return status, attempts, error, due.replace(tzinfo=UTC)
+
+
+def test_a_failing_index_is_retried_with_growing_delays_then_recovers(parts) -> None:  # type: ignore[no-untyped-def]
+    indexer, turns, index, clock, store = parts
+    turns.accept_turn(NewTurn(KEY, "a turn about herons", T0, T0))
+    index.down = True
+    delays = []
+    for attempt in (1, 2, 3):
+        assert indexer.run_once(10) == 1
+        status, attempts, error, due = row(store)
+        assert (status, attempts, error) == ("pending", attempt, "ConnectionError")
+        delays.append(due - clock.now)
+        assert indexer.run_once(10) == 0  # not due yet
+        clock.now = due
+    assert delays[0] >= timedelta(seconds=2) and delays[1] > delays[0] and delays[2] > delays[1]
+    index.down = False
+    assert indexer.run_once(10) == 1
+    assert row(store)[:3] == ("indexed", 0, None)
+    assert index.count("t", "ana", "c1") == 1
+
+
+def test_a_turn_that_keeps_failing_is_recorded_as_failed(parts) -> None:  # type: ignore[no-untyped-def]
+    indexer, turns, index, clock, store = parts
+    turns.accept_turn(NewTurn(KEY, "a turn about herons", T0, T0))
+    index.down = True
+    for _ in range(MAX_INDEX_ATTEMPTS):
+        assert indexer.run_once(10) == 1
+        clock.now = row(store)[3]
+    status, attempts, error, _ = row(store)
+    assert (status, attempts, error) == ("failed", MAX_INDEX_ATTEMPTS, "ConnectionError")
+    clock.now += timedelta(days=30)
+    assert indexer.run_once(10) == 0  # no longer retried by the worker ...
+    # ... but a caller re-sending the turn queues it afresh.
+    index.down = False
+    turns.accept_turn(NewTurn(KEY, "a turn about herons", T0, clock.now))
+    assert indexer.index_now(KEY)
+    assert row(store)[:2] == ("indexed", 0)
