@@ -33,6 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     work.add_argument("--database-url", help="postgresql+psycopg://service-role@host/db")
     work.add_argument("--qdrant-url", help="the Qdrant server, e.g. http://qdrant:6334")
+    compact = sub.add_parser(
+        "compact",
+        help="vacuum the embedded chunk index (deleted and replaced chunks); server stopped",
+    )
+    compact.add_argument("--data-dir", type=Path)
     mig = sub.add_parser("migrate", help="bring a database schema to the newest revision")
     mig.add_argument("--database-url", help="the schema owner's URL (default: the embedded one)")
     mig.add_argument("--data-dir", type=Path)
@@ -64,6 +69,8 @@ def main(argv: list[str] | None = None) -> None:
         _migrate(settings, args.app_role)
     elif args.command == "worker":
         _worker(settings)
+    elif args.command == "compact":
+        _compact(settings)
     else:
         _serve(settings, args.port_file)
 
@@ -83,6 +90,25 @@ def _migrate(settings: Settings, app_role: str | None) -> None:
     migrate.upgrade(engine, app_role=app_role)
     engine.dispose()
     log.info("schema is at the newest revision")
+
+
+def _compact(settings: Settings) -> None:
+    """Optimize the embedded chunk index: it never vacuums by itself, and optimizing holds
+    every Python thread for seconds to minutes, so it is an offline step (the server holds
+    the index's lock while it runs, so this refuses to run beside it)."""
+    from server.app import build_chunk_index, build_embedder
+    from server.storage.qdrant_edge import QdrantEdgeChunkIndex
+
+    if not settings.embedded_chunks:
+        sys.exit("memoria compact: a Qdrant server optimizes its collections by itself")
+    index = build_chunk_index(settings, build_embedder(settings))
+    assert isinstance(index, QdrantEdgeChunkIndex)
+    try:
+        log.info("optimizing the chunk index in %s", settings.data_dir)
+        index.optimize()
+    finally:
+        index.close()
+    log.info("done")
 
 
 def _worker(settings: Settings) -> None:

@@ -323,3 +323,27 @@ def test_worker_refuses_the_embedded_stores(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert b"needs --database-url and --qdrant-url" in done.stderr
+
+
+def test_compact_refuses_a_data_dir_a_server_holds(launch: Launch, tmp_path: Path) -> None:
+    """`memoria compact` is an offline step: it cannot open the index a server is serving."""
+    data_dir = tmp_path / "data"
+    server = launch(data_dir)
+    held = subprocess.run(
+        [str(MEMORIA), "compact", "--data-dir", str(data_dir)],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert held.returncode != 0
+    assert b"already open in another process" in held.stderr
+    assert server.terminate() == 0
+    done = subprocess.run(
+        [str(MEMORIA), "compact", "--data-dir", str(data_dir)],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
