@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Hashable
+from typing import Generic, Protocol, TypeVar
 
 import psycopg
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 
 from server.domain.model import AuditEvent, AuditQuery, Change, PrincipalMemory
 from server.domain.ports import MemoryStore
@@ -111,6 +111,41 @@ class CachedMemoryStore:
             self._generation += 1
             self._cache.clear()
             self._enabled = enabled
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class ExactCache(Generic[K, V]):
+    """A cache that is never stale, for data only this process writes (the embedded store).
+
+    The writer invalidates a key after its change commits; a load that overlaps any
+    invalidation is returned but not kept (a generation counter, as in CachedMemoryStore), so
+    a slow load can never store a value older than a write it raced with.
+    """
+
+    def __init__(self, max_entries: int) -> None:
+        self._entries: LRUCache[K, V] = LRUCache(max_entries)
+        self._lock = threading.Lock()
+        self._generation = 0
+
+    def get(self, key: K, load: Callable[[], V]) -> V:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                return hit
+            generation = self._generation
+        value = load()
+        with self._lock:
+            if generation == self._generation:
+                self._entries[key] = value
+        return value
+
+    def invalidate(self, key: K) -> None:
+        with self._lock:
+            self._generation += 1
+            self._entries.pop(key, None)
 
 
 LISTENER_APPLICATION_NAME = "memoria-listener"

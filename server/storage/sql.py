@@ -125,14 +125,14 @@ class SqlMemoryStore:
         if self._autocommit is None:
             with self.transaction(tenant_id) as tx:
                 return tx.load(principal_id)
-        row = self._call(_READ_PRINCIPAL_PG, (tenant_id, principal_id))
+        row = self.call(_READ_PRINCIPAL_PG, (tenant_id, principal_id))
         return _principal_memory(row)
 
     def apply(self, tenant_id: str, change: Change) -> bool:
         """See `MemoryStore.apply`."""
         if self._autocommit is not None:
             params = {**_apply_params(tenant_id, change), "origin": self.origin}
-            return bool(self._call(_APPLY_PG, params)[0])
+            return bool(self.call(_APPLY_PG, params)[0])
         with self.transaction(tenant_id, lock_principal=change.principal_id) as tx:
             memory = tx.load(change.principal_id)
             etag = memory.block.etag if memory.block is not None else ""
@@ -153,8 +153,9 @@ class SqlMemoryStore:
         with self.transaction(tenant_id) as tx:
             return tx.list_audit(query)
 
-    def _call(self, sql: str, params: Any) -> tuple[Any, ...]:
-        """One autocommit statement on PostgreSQL, through psycopg directly; its one row."""
+    def call(self, sql: str, params: Any) -> tuple[Any, ...]:
+        """One autocommit statement on PostgreSQL, through psycopg directly; its one row.
+        For the hot paths' SQL functions, which scope their own transaction to the tenant."""
         assert self._autocommit is not None
         try:
             pooled = self._autocommit.raw_connection()
@@ -168,7 +169,7 @@ class SqlMemoryStore:
             raise store_unavailable(error) from error
         finally:
             pooled.close()
-        assert row is not None  # both functions always return one row
+        assert row is not None  # the functions called here always return one row
         return tuple(row)
 
     @contextmanager

@@ -36,6 +36,7 @@ from server.domain.model import (
     TurnKey,
 )
 from server.domain.text import lines_of, sanitize
+from server.storage.cache import ExactCache
 from server.storage.engine import WRITE_OPTION
 from server.storage.sql import UNAVAILABLE_ERRORS, SqlMemoryStore, as_utc, store_unavailable
 from server.storage.tables import conversation_tombstones, conversation_turns
@@ -57,6 +58,7 @@ _TURN_COLUMNS = (
 )
 _SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
 _CLAIM_PG = text("SELECT turn_row_id, tenant_id FROM memoria_claim_turns(:limit, :now)")
+_DELETED_CONVERSATIONS_PG = "SELECT memoria_deleted_conversations(%s, %s)"
 _CLAIM_PURGES_PG = text(
     "SELECT tenant_id, principal_id, conversation_id FROM memoria_claim_purges(:limit)"
 )
@@ -87,7 +89,11 @@ class SqlTurnStore:
     """`TurnStore` over the same database (and unit of work) as the memory blocks."""
 
     def __init__(
-        self, memory: SqlMemoryStore, *, forget: Callable[[str, str], None] = lambda t, p: None
+        self,
+        memory: SqlMemoryStore,
+        *,
+        forget: Callable[[str, str], None] = lambda t, p: None,
+        deleted_cache_entries: int = 50_000,
     ) -> None:
         """`forget(tenant, principal)` drops this server's cached copy of a principal's
         memory after an erasure (other replicas hear of it through the change channel)."""
@@ -98,6 +104,13 @@ class SqlTurnStore:
         self._forget = forget
         # SQLite: one processor at a time (see the module docstring).
         self._processing = None if self._postgres else threading.Lock()
+        # SQLite: this process is the only writer, so the search path's read of deleted
+        # conversations is cached exactly (invalidated when a delete, purge or erasure
+        # commits). PostgreSQL: one statement per search, never cached, because another
+        # replica's delete must hide the conversation from this one's next search at once.
+        self._deleted: ExactCache[tuple[str, str], frozenset[str]] | None = (
+            None if self._postgres else ExactCache(max_entries=deleted_cache_entries)
+        )
 
     def accept_turn(self, turn: NewTurn) -> AcceptOutcome:
         """See `TurnStore.accept_turn`."""
@@ -164,13 +177,25 @@ class SqlTurnStore:
 
     def deleted_conversations(self, tenant_id: str, principal_id: str) -> frozenset[str]:
         """See `TurnStore.deleted_conversations`."""
-        stmt = select(_z.c.conversation_id).where(
-            _z.c.tenant_id == tenant_id,
-            _z.c.principal_id == principal_id,
-            _z.c.purge_time.is_(None),
-        )
-        with self._memory.transaction(tenant_id) as tx:
-            return frozenset(tx.connection.execute(stmt).scalars())
+        if self._deleted is None:
+            (names,) = self._memory.call(_DELETED_CONVERSATIONS_PG, (tenant_id, principal_id))
+            return frozenset(names)
+
+        def load() -> frozenset[str]:
+            stmt = select(_z.c.conversation_id).where(
+                _z.c.tenant_id == tenant_id,
+                _z.c.principal_id == principal_id,
+                _z.c.purge_time.is_(None),
+            )
+            with self._memory.transaction(tenant_id) as tx:
+                return frozenset(tx.connection.execute(stmt).scalars())
+
+        return self._deleted.get((tenant_id, principal_id), load)
+
+    def _changed_deletions(self, tenant_id: str, principal_id: str) -> None:
+        """After a commit that changed the principal's tombstones."""
+        if self._deleted is not None:
+            self._deleted.invalidate((tenant_id, principal_id))
 
     def delete_conversation(
         self, tenant_id: str, principal_id: str, conversation_id: str, event: NewAuditEvent
@@ -197,7 +222,8 @@ class SqlTurnStore:
                 )
             )
             tx.append_audit(replace(event, deleted_turn_count=turns))
-            return turns
+        self._changed_deletions(tenant_id, principal_id)
+        return turns
 
     @contextmanager
     def claim_purges(self, limit: int) -> Iterator[list[ConversationPurge]]:
@@ -223,6 +249,8 @@ class SqlTurnStore:
                 conn.execution_options(**{WRITE_OPTION: True})
                 with conn.begin():
                     _mark_purged(conn, purges, set_tenant=False)
+                for purge in purges:
+                    self._changed_deletions(purge.tenant_id, purge.principal_id)
         except UNAVAILABLE_ERRORS as error:
             raise store_unavailable(error) from error
 
@@ -248,6 +276,7 @@ class SqlTurnStore:
             tx.append_audit(replace(event, removed_line_count=lines, deleted_turn_count=turns))
             purge()
         self._forget(tenant_id, principal_id)
+        self._changed_deletions(tenant_id, principal_id)
         return Erasure(removed_line_count=lines, deleted_turn_count=turns)
 
 

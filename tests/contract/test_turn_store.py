@@ -120,6 +120,7 @@ def test_delete_conversation_tombstones_refuses_and_purges(
     for turn_id in ("t1", "t2"):
         accept(turns, key(tenant, turn=turn_id))
     accept(turns, key(tenant, conversation="c2"))
+    assert turns.deleted_conversations(tenant, "ana") == set()  # read (and cached) before
     deleted = turns.delete_conversation(
         tenant, "ana", "c1", event("ana", AuditAction.CONVERSATION_DELETED, "c1")
     )
@@ -137,6 +138,7 @@ def test_delete_conversation_tombstones_refuses_and_purges(
     (audit,) = sql_store.list_audit(tenant, AuditQuery(principal_id="ana"))
     assert (audit.action, audit.deleted_turn_count) == (AuditAction.CONVERSATION_DELETED, 2)
     assert audit.conversation_id == "c1"
+    assert turns.deleted_conversations(tenant, "ana") == {"c1"}
     with turns.claim_purges(100) as purges:
         assert (tenant, "ana", "c1") in [
             (p.tenant_id, p.principal_id, p.conversation_id) for p in purges

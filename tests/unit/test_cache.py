@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -14,7 +15,7 @@ from server.domain.model import (
     StoredBlock,
     Writer,
 )
-from server.storage.cache import CachedMemoryStore
+from server.storage.cache import CachedMemoryStore, ExactCache
 from tests.fakes import InMemoryMemoryStore
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -168,3 +169,33 @@ def test_entries_expire(inner: InMemoryMemoryStore) -> None:
     assert text_of(store) == "one"
     clock.now = 61.0
     assert text_of(store) == "changed by hand"
+
+
+def test_exact_cache_keeps_loads_and_forgets_on_invalidation() -> None:
+    cache: ExactCache[str, frozenset[str]] = ExactCache(max_entries=10)
+    loads: list[str] = []
+
+    def load(value: frozenset[str]) -> Callable[[], frozenset[str]]:
+        def run() -> frozenset[str]:
+            loads.append("x")
+            return value
+
+        return run
+
+    assert cache.get("k", load(frozenset())) == frozenset()
+    assert cache.get("k", load(frozenset({"never"}))) == frozenset()  # served from memory
+    assert len(loads) == 1
+    cache.invalidate("k")
+    assert cache.get("k", load(frozenset({"c1"}))) == {"c1"}
+    assert len(loads) == 2
+
+
+def test_exact_cache_does_not_keep_a_load_that_raced_an_invalidation() -> None:
+    cache: ExactCache[str, str] = ExactCache(max_entries=10)
+
+    def slow_load() -> str:
+        cache.invalidate("k")  # a write committed while this (older) read was running
+        return "stale"
+
+    assert cache.get("k", slow_load) == "stale"  # returned to its caller ...
+    assert cache.get("k", lambda: "fresh") == "fresh"  # ... but never kept

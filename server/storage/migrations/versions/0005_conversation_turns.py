@@ -27,6 +27,11 @@ branch_labels = None
 depends_on = None
 
 ID = sa.String(256)
+FUNCTIONS = (
+    "memoria_claim_turns(integer, timestamptz)",
+    "memoria_claim_purges(integer)",
+    "memoria_deleted_conversations(text, text)",
+)
 
 
 def upgrade(app_role: str | None = None) -> None:
@@ -131,7 +136,24 @@ def upgrade(app_role: str | None = None) -> None:
         $$
         """
     )
-    for function in ("memoria_claim_turns(integer, timestamptz)", "memoria_claim_purges(integer)"):
+    # The search path's read of a principal's deleted conversations, in one statement (its own
+    # transaction, scoped to the tenant): SECURITY INVOKER, so row-level security applies.
+    op.execute(
+        """
+        CREATE FUNCTION memoria_deleted_conversations(p_tenant text, p_principal text)
+        RETURNS text[]
+        LANGUAGE plpgsql SECURITY INVOKER AS $$
+        BEGIN
+            PERFORM set_config('app.tenant_id', p_tenant, true);
+            RETURN ARRAY(
+                SELECT z.conversation_id::text FROM conversation_tombstones z
+                 WHERE z.tenant_id = p_tenant AND z.principal_id = p_principal
+                   AND z.purge_time IS NULL);
+        END
+        $$
+        """
+    )
+    for function in FUNCTIONS:
         op.execute(f"REVOKE ALL ON FUNCTION {function} FROM PUBLIC")
     if app_role:
         role = quote(app_role)
@@ -141,17 +163,14 @@ def upgrade(app_role: str | None = None) -> None:
         )
         op.execute(f"GRANT USAGE ON SEQUENCE conversation_turns_turn_row_id_seq TO {role}")
         op.execute(f"GRANT DELETE ON memory_settings TO {role}")
-        for function in (
-            "memoria_claim_turns(integer, timestamptz)",
-            "memoria_claim_purges(integer)",
-        ):
+        for function in FUNCTIONS:
             op.execute(f"GRANT EXECUTE ON FUNCTION {function} TO {role}")
 
 
 def downgrade(app_role: str | None = None) -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute("DROP FUNCTION memoria_claim_purges(integer)")
-        op.execute("DROP FUNCTION memoria_claim_turns(integer, timestamptz)")
+        for function in FUNCTIONS:
+            op.execute(f"DROP FUNCTION {function}")
     op.drop_table("conversation_tombstones")
     op.drop_table("conversation_turns")
     op.drop_column("audit_events", "actor_principal_id")
