@@ -60,11 +60,9 @@ def main(argv: list[str] | None = None) -> None:
         settings = _settings(args)
     except ValueError as error:  # pydantic's ValidationError is a ValueError
         sys.exit(f"memoria: invalid configuration:\n{error}")
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # its plugin chatter is not news
+    from server.telemetry import configure_logging
+
+    configure_logging(settings.log_level)
     if args.command == "migrate":
         _migrate(settings, args.app_role)
     elif args.command == "worker":
@@ -119,6 +117,7 @@ def _worker(settings: Settings) -> None:
 
     from server.app import build_engine, build_search_parts
     from server.storage.sql import SqlMemoryStore
+    from server.telemetry import setup_telemetry
     from server.worker import IndexWorker
 
     if settings.embedded or settings.embedded_chunks:
@@ -127,8 +126,10 @@ def _worker(settings: Settings) -> None:
             "to the `memoria serve` process, whose own worker threads index for it"
         )
     log.info("settings %s", settings.redacted())
+    telemetry = setup_telemetry()
     store = SqlMemoryStore(build_engine(settings))
-    parts = build_search_parts(settings, store, store)
+    telemetry.instrument_sql(store)
+    parts = build_search_parts(settings, store, store, telemetry=telemetry)
     worker = IndexWorker(
         parts.indexer,
         threads=max(settings.index_worker_threads, 1),
@@ -141,6 +142,7 @@ def _worker(settings: Settings) -> None:
     log.info("indexing worker running")
     stopped.wait()
     worker.stop()
+    telemetry.shutdown()
     parts.index.close()
     store.dispose()
     log.info("stopped")

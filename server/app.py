@@ -49,6 +49,7 @@ from server.storage.cache import CachedMemoryStore, PostgresChangeListener
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.sql import SqlMemoryStore
 from server.storage.turns import SqlTurnStore
+from server.telemetry import Telemetry, setup_telemetry
 from server.worker import IndexWorker
 
 log = logging.getLogger(__name__)
@@ -182,15 +183,21 @@ def build_search_parts(
     *,
     embedder: Embedder | None = None,
     index: ChunkIndex | None = None,
+    telemetry: Telemetry | None = None,
 ) -> SearchParts:
     """The turn queue, chunk index, embedder and indexer (shared by serve and worker). An
-    embedder or index passed in is used as is (tests share one model across servers)."""
+    embedder or index passed in is used as is (tests share one model across servers).
+    With `telemetry`, the index and embedder are traced and the outbox observed."""
     forget = reads.invalidate if isinstance(reads, CachedMemoryStore) else (lambda t, p: None)
     turns = SqlTurnStore(store, forget=forget)
     embedder = embedder or build_embedder(settings)
     index = index or build_chunk_index(settings, embedder)
+    telemetry = telemetry or Telemetry()
+    embedder = telemetry.embedder(embedder)
+    index = telemetry.chunk_index(index, "embedded" if settings.embedded_chunks else "server")
+    telemetry.observe_outbox(turns.outbox_stats)
     keywords = KeywordEncoder()
-    indexer = Indexer(turns, index, embedder, keywords, utc_now)
+    indexer = Indexer(telemetry.indexer_turns(turns), index, embedder, keywords, utc_now)
     return SearchParts(turns, index, embedder, keywords, indexer)
 
 
@@ -227,6 +234,7 @@ class Running:
     listener: PostgresChangeListener | None
     worker: IndexWorker
     index: ChunkIndex
+    telemetry: Telemetry
     _stopped: threading.Event
 
     def stop(self, grace: float) -> None:
@@ -237,6 +245,7 @@ class Running:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
         self.worker.stop()
+        self.telemetry.shutdown()  # flushes what is buffered (the outbox gauges read SQL)
         self.index.close()
         if self.listener is not None:
             self.listener.stop()
@@ -247,16 +256,25 @@ class Running:
 
 
 def start(
-    settings: Settings, *, embedder: Embedder | None = None, index: ChunkIndex | None = None
+    settings: Settings,
+    *,
+    embedder: Embedder | None = None,
+    index: ChunkIndex | None = None,
+    telemetry: Telemetry | None = None,
 ) -> Running:
     """Build everything and start serving on `settings.listen`. `embedder` and `index`
-    replace the ones the settings describe (the process keeps owning what it built)."""
+    replace the ones the settings describe (the process keeps owning what it built);
+    `telemetry` replaces the one the OTEL_* environment describes (server/telemetry.py)."""
+    telemetry = telemetry or setup_telemetry()
     engine = build_engine(settings)
     store = SqlMemoryStore(engine)
+    telemetry.instrument_sql(store)
     reads, listener = build_read_cache(settings, store)
-    blocks = MemoryBlocks(reads, utc_now, char_limit=settings.char_limit)
+    blocks = MemoryBlocks(telemetry.memory_store(reads), utc_now, char_limit=settings.char_limit)
     audit = AuditLog(store, PageTokens(page_token_key(settings)))
-    parts = build_search_parts(settings, store, reads, embedder=embedder, index=index)
+    parts = build_search_parts(
+        settings, store, reads, embedder=embedder, index=index, telemetry=telemetry
+    )
     worker = IndexWorker(
         parts.indexer,
         threads=settings.index_worker_threads,
@@ -279,7 +297,7 @@ def start(
     # loop around blocking drivers.
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="rpc"),
-        interceptors=[MemoriaInterceptor(build_authenticator(settings))],
+        interceptors=[*telemetry.interceptors(), MemoriaInterceptor(build_authenticator(settings))],
         options=[
             ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
             ("grpc.max_send_message_length", settings.max_send_message_bytes),
@@ -305,5 +323,13 @@ def start(
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return Running(
-        server, port, health_servicer, store, listener, worker, parts.index, threading.Event()
+        server,
+        port,
+        health_servicer,
+        store,
+        listener,
+        worker,
+        parts.index,
+        telemetry,
+        threading.Event(),
     )

@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import grpc
+from opentelemetry import trace
 
 from server.domain.errors import MemoriaError
 from server.domain.model import Identity
@@ -77,11 +78,20 @@ class MemoriaInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             except MemoriaError as error:
                 context.abort_with_status(to_status(error))
             except Exception:
-                trace_id = uuid.uuid4().hex
+                trace_id = _trace_id()
                 log.exception("unexpected error in %s (trace_id=%s)", method, trace_id)
                 context.abort_with_status(internal_status(trace_id))
 
         return wrapped
+
+
+def _trace_id() -> str:
+    """The call's trace id when telemetry traces it (the log line and the trace then share
+    it), else a fresh random one: either way 32 hex digits that find the log line."""
+    span_context = trace.get_current_span().get_span_context()
+    if span_context.is_valid:
+        return trace.format_trace_id(span_context.trace_id)
+    return uuid.uuid4().hex
 
 
 def _metadata(context: grpc.ServicerContext) -> dict[str, str]:

@@ -114,6 +114,11 @@ class SqlMemoryStore:
     def engine(self) -> Engine:
         return self._engine
 
+    @property
+    def autocommit_engine(self) -> Engine | None:
+        """PostgreSQL: the pool of autocommit connections behind `call` (None on SQLite)."""
+        return self._autocommit
+
     def dispose(self) -> None:
         """Close every pooled connection."""
         self._engine.dispose()

@@ -19,11 +19,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, exists, select, text, update
+from sqlalchemy import Connection, delete, exists, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from server.domain.model import (
@@ -62,6 +62,16 @@ _DELETED_CONVERSATIONS_PG = "SELECT memoria_deleted_conversations(%s, %s)"
 _CLAIM_PURGES_PG = text(
     "SELECT tenant_id, principal_id, conversation_id FROM memoria_claim_purges(:limit)"
 )
+_OUTBOX_STATS_PG = "SELECT pending, oldest_accept_time FROM memoria_outbox_stats()"
+_OUTBOX_STATS = select(func.count(), func.min(_t.c.accept_time)).where(_t.c.status == PENDING)
+
+
+@dataclass(frozen=True)
+class OutboxStats:
+    """Turns waiting in the outbox (`status = 'pending'`), and when the oldest was accepted."""
+
+    pending: int
+    oldest_accept_time: datetime | None
 
 
 def _upsert_turn(dialect: Any) -> Any:
@@ -191,6 +201,20 @@ class SqlTurnStore:
                 return frozenset(tx.connection.execute(stmt).scalars())
 
         return self._deleted.get((tenant_id, principal_id), load)
+
+    def outbox_stats(self) -> OutboxStats:
+        """Pending turns of every tenant and the oldest one's accept time, for the outbox
+        gauges (PostgreSQL: `memoria_outbox_stats()`, migration 0006, since row-level security
+        confines the service role to one tenant). One aggregate over the pending turns' index."""
+        if self._postgres:
+            pending, oldest = self._memory.call(_OUTBOX_STATS_PG, ())
+        else:
+            try:
+                with self._engine.connect() as conn:
+                    pending, oldest = conn.execute(_OUTBOX_STATS).one()
+            except UNAVAILABLE_ERRORS as error:
+                raise store_unavailable(error) from error
+        return OutboxStats(int(pending), None if oldest is None else as_utc(oldest))
 
     def _changed_deletions(self, tenant_id: str, principal_id: str) -> None:
         """After a commit that changed the principal's tombstones."""

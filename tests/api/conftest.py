@@ -21,6 +21,7 @@ from server.app import Running, start
 from server.config import Settings
 from server.domain.ports import ChunkIndex, Embedder
 from server.storage.embedding import OnnxMiniLmEmbedder
+from server.telemetry import Telemetry
 from tests.conftest import SQL_KINDS, PgDatabase
 
 
@@ -61,9 +62,9 @@ def shared_embedder() -> Embedder:
 
 
 def start_server(
-    settings: Settings, *, index: ChunkIndex | None = None
+    settings: Settings, *, index: ChunkIndex | None = None, telemetry: Telemetry | None = None
 ) -> tuple[Running, grpc.Channel]:
-    running = start(settings, embedder=shared_embedder(), index=index)
+    running = start(settings, embedder=shared_embedder(), index=index, telemetry=telemetry)
     channel = grpc.insecure_channel(f"127.0.0.1:{running.port}")
     grpc.channel_ready_future(channel).result(timeout=10)
     return running, channel

@@ -1,0 +1,141 @@
+"""The telemetry interceptor: a server span and a latency measurement for every unary RPC.
+
+Why not the official `opentelemetry-instrumentation-grpc` server interceptor: with this
+server it records the wrong status. Memoria's interceptor ends every failed call with
+`context.abort_with_status()`, and the official interceptor's context wrapper records a
+status only in `abort()` and `set_code()`, so every refused call (ABORTED, INVALID_ARGUMENT,
+UNAUTHENTICATED ...) would show as OK. It also builds a new handler and parses the peer
+address on every call, and has no latency histogram. This one reads the status the call
+really ended with (`context.code()`, which `abort_with_status` sets), builds each method's
+handler and attribute sets once, and feeds the span and the histogram from one measurement.
+
+It runs first (outermost), so the span covers authentication and the handler, and is the
+current span while they run: SQL, Qdrant and embedding spans become its children, and log
+lines carry its trace id. A caller's W3C `traceparent` (any propagator set by
+`OTEL_PROPAGATORS`) makes the span a child of the caller's. Streaming calls (reflection,
+health Watch) are passed through untouched.
+
+Attributes follow the current RPC semantic conventions: `rpc.system.name` ("grpc"),
+`rpc.method` (fully qualified, e.g. "memoria.v1.MemoryBlockService/RenderMemoryBlock") and
+`rpc.response.status_code` (the status name, e.g. "OK", "ABORTED").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from time import perf_counter
+from typing import Any
+
+import grpc
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+Behavior = Callable[[Any, grpc.ServicerContext], Any]
+
+DURATION_BUCKETS_S = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+"""Histogram buckets from 100 us (a cached render takes ~300 us) to 10 s."""
+
+SERVER_ERRORS = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+"""Codes that mark a server span as an error (semantic conventions); a refused request
+(INVALID_ARGUMENT, ABORTED ...) is the caller's error and leaves the span status unset."""
+
+
+class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """A SERVER span and one `rpc.server.call.duration` measurement per unary call."""
+
+    def __init__(self, tracer: trace.Tracer, meter: metrics.Meter) -> None:
+        self._tracer = tracer
+        self._duration = meter.create_histogram(
+            "rpc.server.call.duration",
+            unit="s",
+            description="Duration of incoming RPCs, by method and status code",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
+        )
+        # Wrapped handlers by method, built once (gRPC asks for a handler on every call).
+        self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        method: str = handler_call_details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is not None:
+            return wrapped
+        handler = continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        wrapped = grpc.unary_unary_rpc_method_handler(
+            self._wrap(handler.unary_unary, method.lstrip("/")),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+        self._wrapped[method] = wrapped
+        return wrapped
+
+    def _wrap(self, behavior: Behavior, name: str) -> Behavior:
+        start_span = self._tracer.start_span
+        record = self._duration.record
+        attributes = {"rpc.system.name": "grpc", "rpc.method": name}
+        # One attribute set per status code, built now: nothing is assembled per call.
+        by_code = {
+            code: {**attributes, "rpc.response.status_code": code.name} for code in grpc.StatusCode
+        }
+
+        def traced(request: Any, context: grpc.ServicerContext) -> Any:
+            started = perf_counter()
+            parent = propagate.extract(dict(context.invocation_metadata()))
+            span = start_span(name, parent, SpanKind.SERVER, attributes)
+            token = otel_context.attach(trace.set_span_in_context(span, parent))
+            code = grpc.StatusCode.UNKNOWN
+            try:
+                response = behavior(request, context)
+                code = _code(context) or grpc.StatusCode.OK
+                return response
+            except BaseException:
+                # An abort (Memoria's interceptor maps every error to one) has set the code.
+                code = _code(context) or grpc.StatusCode.UNKNOWN
+                raise
+            finally:
+                otel_context.detach(token)
+                span.set_attribute("rpc.response.status_code", code.name)
+                if code in SERVER_ERRORS:
+                    span.set_status(Status(StatusCode.ERROR, code.name))
+                span.end()
+                record(perf_counter() - started, by_code[code])
+
+        return traced
+
+
+def _code(context: grpc.ServicerContext) -> grpc.StatusCode | None:
+    """The status the call ends with so far: None until the handler or an abort sets one."""
+    code: grpc.StatusCode | None = context.code()  # type: ignore[attr-defined]  # not in grpc-stubs
+    return code
