@@ -22,13 +22,16 @@ Attributes follow the current RPC semantic conventions: `rpc.system.name` ("grpc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from time import perf_counter
 from typing import Any
 
 import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, propagate, trace
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 Behavior = Callable[[Any, grpc.ServicerContext], Any]
@@ -68,7 +71,16 @@ SERVER_ERRORS = frozenset(
 
 
 class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """A SERVER span and one `rpc.server.call.duration` measurement per unary call."""
+    """A SERVER span and one `rpc.server.call.duration` measurement per unary call.
+
+    Durations are queued on the call path and recorded into the SDK histogram by a
+    background thread every DRAIN_INTERVAL_S and right before every metric collection, so
+    the histogram a reader collects is complete. Why: recording into the SDK histogram costs
+    about 5 us per call in a tight loop but measured about 14 us of a request thread's CPU
+    in the server, next to a cached render's ~16 us of handler work (bench/README.md).
+    """
+
+    DRAIN_INTERVAL_S = 1.0
 
     def __init__(self, tracer: trace.Tracer, meter: metrics.Meter) -> None:
         self._tracer = tracer
@@ -78,8 +90,44 @@ class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             description="Duration of incoming RPCs, by method and status code",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
         )
+        # The SDK runs observable callbacks just before it reads the synchronous instruments:
+        # this one records the queued durations and observes nothing (so it exports nothing).
+        meter.create_observable_gauge(
+            "memoria.rpc.duration_queue", callbacks=[self._drain_for_collection]
+        )
+        self._queue: deque[tuple[float, Mapping[str, str]]] = deque()
+        self._stop = threading.Event()
+        self._drainer = threading.Thread(
+            target=self._drain_periodically, name="telemetry-rpc-durations", daemon=True
+        )
+        self._drainer.start()
+        # The propagators' header names: most calls carry none, and then skip extraction.
+        self._propagation_fields = frozenset(propagate.get_global_textmap().fields)
         # Wrapped handlers by method, built once (gRPC asks for a handler on every call).
         self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def stop(self) -> None:
+        """Stop the background drain and record what is queued (before the meter shuts down)."""
+        self._stop.set()
+        self._drainer.join()
+        self._drain()
+
+    def _drain(self) -> None:
+        record, queue = self._duration.record, self._queue
+        while True:
+            try:
+                seconds, attributes = queue.popleft()  # atomic: appends may go on meanwhile
+            except IndexError:
+                return
+            record(seconds, attributes)
+
+    def _drain_periodically(self) -> None:
+        while not self._stop.wait(self.DRAIN_INTERVAL_S):
+            self._drain()
+
+    def _drain_for_collection(self, _options: CallbackOptions) -> Iterable[Observation]:
+        self._drain()
+        return ()
 
     def intercept_service(
         self,
@@ -103,7 +151,9 @@ class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
     def _wrap(self, behavior: Behavior, name: str) -> Behavior:
         start_span = self._tracer.start_span
-        record = self._duration.record
+        queue = self._queue.append
+        fields = self._propagation_fields
+        extract = propagate.extract
         attributes = {"rpc.system.name": "grpc", "rpc.method": name}
         # One attribute set per status code, built now: nothing is assembled per call.
         by_code = {
@@ -112,7 +162,12 @@ class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
         def traced(request: Any, context: grpc.ServicerContext) -> Any:
             started = perf_counter()
-            parent = propagate.extract(dict(context.invocation_metadata()))
+            metadata = context.invocation_metadata()
+            parent = None
+            for key, _value in metadata:
+                if key in fields:  # a caller's trace context: continue its trace
+                    parent = extract(dict(metadata))
+                    break
             span = start_span(name, parent, SpanKind.SERVER, attributes)
             token = otel_context.attach(trace.set_span_in_context(span, parent))
             code = grpc.StatusCode.UNKNOWN
@@ -126,11 +181,12 @@ class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                 raise
             finally:
                 otel_context.detach(token)
-                span.set_attribute("rpc.response.status_code", code.name)
-                if code in SERVER_ERRORS:
-                    span.set_status(Status(StatusCode.ERROR, code.name))
-                span.end()
-                record(perf_counter() - started, by_code[code])
+                if span.is_recording():  # most calls' spans are not sampled: no work for them
+                    span.set_attribute("rpc.response.status_code", code.name)
+                    if code in SERVER_ERRORS:
+                        span.set_status(Status(StatusCode.ERROR, code.name))
+                    span.end()
+                queue((perf_counter() - started, by_code[code]))
 
         return traced
 

@@ -19,6 +19,7 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind, StatusCode
 
 from memoria.v1 import conversation_search_service_pb2 as search_pb
@@ -79,7 +80,7 @@ def traced(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Traced]:
     spans = InMemorySpanExporter()
     reader = InMemoryMetricReader()
     telemetry = build_telemetry(
-        span_processors=[SimpleSpanProcessor(spans)], metric_readers=[reader]
+        span_processors=[SimpleSpanProcessor(spans)], metric_readers=[reader], sampler=ALWAYS_ON
     )
     running, channel = start_server(
         server_settings(request.param, request, tmp_path), telemetry=telemetry
@@ -273,6 +274,7 @@ def test_otlp_export_goes_to_the_configured_endpoint(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
     monkeypatch.setenv("OTEL_SERVICE_NAME", "memoria-test")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_on")
     running, channel = start_server(
         server_settings("sqlite", request, tmp_path), telemetry=setup_telemetry()
     )

@@ -109,3 +109,25 @@ def test_health_and_reflection_are_not_intercepted() -> None:
 
     out = MemoriaInterceptor(Headers()).intercept_service(lambda _d: handler, HealthDetails())
     assert out is handler
+
+
+def test_internal_errors_carry_the_trace_id_of_the_calls_span(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    def crash(req: object, ctx: object) -> None:
+        raise RuntimeError("boom")
+
+    tracer = TracerProvider(shutdown_on_exit=False).get_tracer("test")
+    context = FakeContext([("x-principal", "ana")])
+    with (
+        tracer.start_as_current_span("call") as span,
+        caplog.at_level(logging.ERROR),
+        pytest.raises(Aborted),
+    ):
+        wrapped(crash)("r", context)
+    assert context.status is not None
+    trace_id = f"{span.get_span_context().trace_id:032x}"
+    assert context.status.details.endswith(trace_id)  # the trace holds the call's spans
+    assert trace_id in caplog.text
