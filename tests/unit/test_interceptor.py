@@ -109,3 +109,28 @@ def test_health_and_reflection_are_not_intercepted() -> None:
 
     out = MemoriaInterceptor(Headers()).intercept_service(lambda _d: handler, HealthDetails())
     assert out is handler
+
+
+def test_a_store_unavailable_call_asks_for_a_health_probe() -> None:
+    """So health follows an outage the moment a call meets it (server/health.py)."""
+    asked: list[str] = []
+
+    def fail(reason: ErrorReason) -> Any:
+        def behavior(req: object, ctx: object) -> None:
+            raise MemoriaError(reason, "failed")
+
+        handler = grpc.unary_unary_rpc_method_handler(behavior)
+        interceptor = MemoriaInterceptor(
+            Headers(), on_store_unavailable=lambda: asked.append(reason.name)
+        )
+        out = interceptor.intercept_service(lambda _d: handler, Details())
+        assert out is not None
+        return out.unary_unary
+
+    for reason in (ErrorReason.ETAG_MISMATCH, ErrorReason.STORE_UNAVAILABLE):
+        context = FakeContext([("x-principal", "ana")])
+        with pytest.raises(Aborted):
+            fail(reason)("r", context)
+        assert context.status is not None
+    assert context.status.code is grpc.StatusCode.UNAVAILABLE
+    assert asked == ["STORE_UNAVAILABLE"]
