@@ -116,7 +116,7 @@ class _Probe:
     def _run(self) -> None:
         try:
             self.dependency.check()
-        except BaseException as error:  # any failure means "cannot serve"; it is reported
+        except BaseException as error:  # whatever it is, it means "cannot serve"
             self._error = error
         finally:
             self._done.set()
@@ -133,7 +133,7 @@ class _Probe:
 
 def describe(error: BaseException) -> str:
     """A one-line account of a failure for the log: its type and the first line of its
-    message, cut short (driver messages name host and port, never credentials)."""
+    message, cut short (the drivers' messages name host, port and user, not passwords)."""
     text = str(error).strip().splitlines()
     first = text[0] if text else ""
     if len(first) > 200:
