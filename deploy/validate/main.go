@@ -370,8 +370,10 @@ func checkRules(objects []any) {
 			fail("memoria-server: %s probe should be gRPC on port %d", name, port)
 		}
 	}
-	if c.ReadinessProbe.GRPC.Service == nil || *c.ReadinessProbe.GRPC.Service != "" {
-		fail("memoria-server: readiness should ask about \"\" (the whole server)")
+	// Readiness: a service that PostgreSQL outages and SIGTERM flip. "" also flips on a
+	// Qdrant outage (every pod at once); MemoryBlockService does not (deploy/README.md).
+	if s := c.ReadinessProbe.GRPC.Service; s == nil || (*s != "" && *s != "memoria.v1.MemoryBlockService") {
+		fail("memoria-server: readiness should ask about memoria.v1.MemoryBlockService or \"\"")
 	}
 	if s := c.LivenessProbe.GRPC.Service; s == nil || *s == "" || strings.HasPrefix(*s, "memoria.") {
 		fail("memoria-server: liveness must not ask about a service that a store outage flips")
