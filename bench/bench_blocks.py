@@ -49,7 +49,6 @@ import os
 import platform
 import random
 import secrets
-import signal
 import statistics
 import subprocess
 import sys
@@ -60,11 +59,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
-from typing import IO, Any
+from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import Engine, create_engine, insert, text
 from sqlalchemy.engine import make_url
 
@@ -79,12 +76,18 @@ from server.storage.tables import memory_blocks
 # procs.py sits beside this script; the repository root holds tests/, whose helper finds the
 # throwaway PostgreSQL exactly as the tests do.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from procs import find_ghz, percentile_ms, stop_process
+from procs import (
+    HOST,
+    BudgetExceeded,
+    Interrupted,
+    ServerProcess,
+    find_ghz,
+    machine_line,
+    percentile_ms,
+    raise_on_sigterm,
+)
 
 from tests.postgres_server import pg_urls
-
-HOST = "127.0.0.1"  # the only address this script binds or targets
-REPO = Path(__file__).resolve().parent.parent
 
 TENANT = "bench"
 DB_NAME = "memoria_bench"
@@ -99,10 +102,6 @@ SEED = 20240601  # the seeded blocks are the same on every run
 
 # Targets from the issue: requests/s of each RPC as a ratio to the no-op's.
 TARGETS = {"render": 0.6, "get": 0.6, "rewrite": 0.3}
-
-
-class Interrupted(Exception):
-    """SIGTERM arrived: unwind like Ctrl-C so every `finally` stops what it started."""
 
 
 # --------------------------------------------------------------------------
@@ -352,92 +351,6 @@ def sqlite_database(population: Population) -> Iterator[Database]:
 # --------------------------------------------------------------------------
 
 
-def _server_command() -> list[str]:
-    """`memoria` from the interpreter's environment (the venv running this script)."""
-    script = Path(sys.executable).parent / "memoria"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "server"]
-
-
-class ServerProcess:
-    """`memoria serve` on 127.0.0.1:0 in its own session; `stop()` always reaps it."""
-
-    def __init__(self, database: Database, workdir: Path) -> None:
-        self._log: IO[bytes] = (workdir / "server.log").open("w+b")
-        self._port_file = workdir / "port"
-        env = os.environ | {
-            "MEMORIA_PAGE_TOKEN_SECRET": "bench-only-not-a-secret",
-            "MEMORIA_SHUTDOWN_GRACE_SECONDS": "2",
-        }
-        cmd = [
-            *_server_command(),
-            "serve",
-            "--listen",
-            f"{HOST}:0",
-            "--port-file",
-            str(self._port_file),
-            *database.server_args,
-        ]
-        # Its own session: Ctrl-C reaches only this driver, which then stops the server in
-        # order (SIGTERM, drain, exit) instead of racing it.
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self.port = 0
-
-    def wait_serving(self, timeout_s: float) -> None:
-        """Wait for the port file, then for the health service to answer SERVING."""
-        deadline = time.monotonic() + timeout_s
-        while not self.port:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited ({self.proc.returncode}):\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no port file after {timeout_s:.0f}s:\n{self.log()}")
-            content = self._port_file.read_text().strip() if self._port_file.exists() else ""
-            if content.isdigit():
-                self.port = int(content)
-            else:
-                time.sleep(0.1)
-        with grpc.insecure_channel(f"{HOST}:{self.port}") as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while True:
-                try:
-                    reply = stub.Check(health_pb2.HealthCheckRequest(service=SERVICE), timeout=1)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"not SERVING after {timeout_s:.0f}s:\n{self.log()}")
-                time.sleep(0.1)
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time the server process has used so far (all its threads)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def os_threads(self) -> int:
-        status = Path(f"/proc/{self.proc.pid}/status")
-        for line in status.read_text().splitlines() if status.exists() else []:
-            if line.startswith("Threads:"):
-                return int(line.split()[1])
-        return -1
-
-    def log(self) -> str:
-        self._log.flush()
-        self._log.seek(0)
-        return self._log.read().decode(errors="replace")[-4000:]
-
-    def stop(self) -> None:
-        stop_process(self.proc, SERVER_STOP_TIMEOUT_S)
-        self._log.close()
-
-
 def check_answers(port: int, population: Population) -> None:
     """Prove that the seed is visible through the server before measuring anything."""
     with grpc.insecure_channel(f"{HOST}:{port}") as channel:
@@ -558,10 +471,6 @@ def to_result(
         server_cpu_us=server_cpu_s / calls * 1e6,
         errors={code: n for code, n in codes.items() if code != "OK"},
     )
-
-
-class BudgetExceeded(Exception):
-    """The next run would not fit in the time budget."""
 
 
 @dataclass
@@ -776,13 +685,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
-    raise Interrupted("SIGTERM")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    raise_on_sigterm()
     ghz = find_ghz()  # may take a minute the first time: not part of the budget
     started = time.monotonic()
     population = Population(args.principals, args.empty_principals)
@@ -808,7 +713,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             database = stack.enter_context(make_db(population))
             facts.append(f"database: {database.description}")
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
-            server = ServerProcess(database, workdir)
+            server = ServerProcess(
+                database.server_args,
+                workdir,
+                service=SERVICE,
+                stop_timeout_s=SERVER_STOP_TIMEOUT_S,
+                env={"MEMORIA_PAGE_TOKEN_SECRET": "bench-only-not-a-secret"},
+            )
             stack.callback(server.stop)
             server.wait_serving(SERVER_START_TIMEOUT_S)
             print(f"server pid {server.proc.pid} on {HOST}:{server.port}", file=sys.stderr)
@@ -833,12 +744,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (KeyboardInterrupt, Interrupted):
             outcome = "interrupted"
 
-    load = os.getloadavg()
     print()
-    print(
-        f"machine: {os.cpu_count()} cpus ({len(os.sched_getaffinity(0))} usable), "
-        f"{platform.machine()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end"
-    )
+    print(machine_line())
     print(
         f"software: python {platform.python_version()}, grpcio {grpc.__version__}, "
         f"ghz {ghz_version(ghz).splitlines()[0]}"

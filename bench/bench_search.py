@@ -78,7 +78,6 @@ import os
 import platform
 import random
 import shutil
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -91,8 +90,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from types import FrameType
-from typing import IO, Any
+from typing import Any
 
 import grpc
 import numpy as np
@@ -141,7 +139,14 @@ from server.storage.tables import conversation_turns
 
 # search_corpus.py and procs.py sit beside this script.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procs import stop_process
+from procs import (
+    HOST,
+    BudgetExceeded,
+    Interrupted,
+    ServerProcess,
+    machine_line,
+    raise_on_sigterm,
+)
 from search_corpus import (
     CorpusGenerator,
     LengthStats,
@@ -151,8 +156,6 @@ from search_corpus import (
     describe,
 )
 
-HOST = "127.0.0.1"  # the only address this script binds or targets
-REPO = Path(__file__).resolve().parent.parent
 SERVICE = "memoria.v1.ConversationSearchService"
 
 SEARCH_TENANT = "t0"
@@ -170,14 +173,6 @@ SEARCH_TARGET = 1.5  # service latency at most this times the direct query's
 INDEX_TARGET = 0.8  # service chunks/s at least this times the model's alone
 
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "memoria-bench"
-
-
-class Interrupted(Exception):
-    """SIGTERM arrived: unwind like Ctrl-C so every `finally` stops what it started."""
-
-
-class BudgetExceeded(Exception):
-    """The next step would not fit in the time budget."""
 
 
 @dataclass(frozen=True)
@@ -442,87 +437,6 @@ def _turn_row(key: TurnKey, when: datetime, now: datetime) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 # The server under test
 # --------------------------------------------------------------------------------------------
-
-
-def _server_command() -> list[str]:
-    """`memoria` from the interpreter's environment (the venv running this script)."""
-    script = Path(sys.executable).parent / "memoria"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "server"]
-
-
-class ServerProcess:
-    """`memoria serve --data-dir D` on 127.0.0.1:0 in its own session; `stop()` reaps it.
-
-    A separate process, so this client does not share the server's GIL or cores' scheduling
-    with it more than any real client on the same machine would.
-    """
-
-    def __init__(self, data_dir: Path, workdir: Path) -> None:
-        self._log: IO[bytes] = (workdir / "server.log").open("w+b")
-        self._port_file = workdir / "port"
-        env = os.environ | {"MEMORIA_SHUTDOWN_GRACE_SECONDS": "2"}
-        cmd = [
-            *_server_command(),
-            "serve",
-            "--listen",
-            f"{HOST}:0",
-            "--data-dir",
-            str(data_dir),
-            "--port-file",
-            str(self._port_file),
-        ]
-        # Its own session: Ctrl-C reaches only this driver, which then stops the server.
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self.port = 0
-
-    def wait_serving(self, timeout_s: float) -> float:
-        """Wait for the port file and health SERVING; return the seconds it took."""
-        started = time.monotonic()
-        deadline = started + timeout_s
-        while not self.port:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited ({self.proc.returncode}):\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no port file after {timeout_s:.0f}s:\n{self.log()}")
-            content = self._port_file.read_text().strip() if self._port_file.exists() else ""
-            if content.isdigit():
-                self.port = int(content)
-            else:
-                time.sleep(0.1)
-        with grpc.insecure_channel(f"{HOST}:{self.port}") as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while True:
-                try:
-                    reply = stub.Check(health_pb2.HealthCheckRequest(service=SERVICE), timeout=1)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                        return time.monotonic() - started
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"not SERVING after {timeout_s:.0f}s:\n{self.log()}")
-                time.sleep(0.1)
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time the server process has used so far (all its threads)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def log(self) -> str:
-        self._log.flush()
-        self._log.seek(0)
-        return self._log.read().decode(errors="replace")[-4000:]
-
-    def stop(self) -> None:
-        stop_process(self.proc, SERVER_STOP_TIMEOUT_S)
-        self._log.close()
 
 
 def identity(principal: str) -> tuple[tuple[str, str], ...]:
@@ -1042,14 +956,10 @@ def make_plan(args: argparse.Namespace) -> Plan:
     return plan
 
 
-def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
-    raise Interrupted("SIGTERM")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     plan = make_plan(args)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    raise_on_sigterm()
     started = time.monotonic()
     deadline = started + plan.time_budget_s
     # What the server derives from this environment: its thread settings are mirrored here.
@@ -1079,7 +989,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.copytree(server_dir / "chunks", direct_dir / "chunks")
             facts.append(f"store copied for this process in {time.monotonic() - copy_started:.0f}s")
 
-            server = ServerProcess(server_dir, tmp)
+            server = ServerProcess(
+                ["--data-dir", str(server_dir)],
+                tmp,
+                service=SERVICE,
+                stop_timeout_s=SERVER_STOP_TIMEOUT_S,
+            )
             stack.callback(server.stop)
             index = QdrantEdgeChunkIndex(direct_dir / "chunks", DIMENSION, embedder.model_id)
             stack.callback(index.close)
@@ -1121,12 +1036,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (KeyboardInterrupt, Interrupted):
             outcome = "interrupted"
 
-    load = os.getloadavg()
     print()
-    print(
-        f"machine: {os.cpu_count()} cpus ({len(os.sched_getaffinity(0))} usable), "
-        f"{platform.machine()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end"
-    )
+    print(machine_line())
     print(
         f"software: python {platform.python_version()}, grpcio {grpc.__version__}, "
         f"qdrant-edge-py {metadata.version('qdrant-edge-py')}, "

@@ -1,13 +1,43 @@
-"""Process handling shared by the benchmark drivers: the ghz binary, stopping a server."""
+"""Process handling shared by the benchmark drivers: the ghz binary, the server under test,
+stopping a process, SIGTERM, and the report's common lines.
+
+Standard library only at import time: sync_vs_aio.py's driver needs nothing else, so the
+gRPC imports that waiting for a `memoria serve` needs are made where they are used.
+"""
 
 from __future__ import annotations
 
 import os
+import platform
+import signal
 import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import IO, Any
 
 GHZ_SH = Path(__file__).resolve().parent / "ghz.sh"
+HOST = "127.0.0.1"  # the only address the drivers bind or target
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Interrupted(Exception):
+    """SIGTERM arrived: unwind like Ctrl-C so every `finally` stops what it started."""
+
+
+class BudgetExceeded(Exception):
+    """The next run or step would not fit in the time budget."""
+
+
+def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+    raise Interrupted("SIGTERM")
+
+
+def raise_on_sigterm() -> None:
+    """From now on SIGTERM raises `Interrupted` in the main thread."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def find_ghz() -> str:
@@ -36,3 +66,120 @@ def percentile_ms(report: dict[str, Any], pct: int) -> float:
         if item["percentage"] == pct:
             return float(item["latency"]) / 1e6  # ghz reports nanoseconds
     return float("nan")
+
+
+def machine_line() -> str:
+    """The report's `machine:` line, with the load average now (at the end of a run)."""
+    load = os.getloadavg()
+    return (
+        f"machine: {os.cpu_count()} cpus ({len(os.sched_getaffinity(0))} usable), "
+        f"{platform.machine()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end"
+    )
+
+
+def _server_command() -> list[str]:
+    """`memoria` from the interpreter's environment (the venv running this script)."""
+    script = Path(sys.executable).parent / "memoria"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "server"]
+
+
+class ServerProcess:
+    """`memoria serve` on 127.0.0.1:0 in its own session; `stop()` always reaps it.
+
+    `server_args` name its store (`--data-dir DIR` or `--database-url URL`), `env` is added
+    to this process's environment, `service` is the name whose health means ready, and
+    `stop_timeout_s` how long `stop()` waits after SIGTERM before SIGKILL. A separate
+    process, so a client here does not share the server's GIL more than any real client on
+    the same machine would. Its output goes to `workdir/server.log`, the port it bound is
+    read from `workdir/port`.
+    """
+
+    def __init__(
+        self,
+        server_args: Sequence[str],
+        workdir: Path,
+        *,
+        service: str,
+        stop_timeout_s: float,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._log: IO[bytes] = (workdir / "server.log").open("w+b")
+        self._port_file = workdir / "port"
+        self._service = service
+        self._stop_timeout_s = stop_timeout_s
+        cmd = [
+            *_server_command(),
+            "serve",
+            "--listen",
+            f"{HOST}:0",
+            "--port-file",
+            str(self._port_file),
+            *server_args,
+        ]
+        # Its own session: Ctrl-C reaches only this driver, which then stops the server in
+        # order (SIGTERM, drain, exit) instead of racing it.
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=os.environ | {"MEMORIA_SHUTDOWN_GRACE_SECONDS": "2"} | dict(env or {}),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.port = 0
+
+    def wait_serving(self, timeout_s: float) -> float:
+        """Wait for the port file, then for the health service to answer SERVING; return the
+        seconds it took."""
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        started = time.monotonic()
+        deadline = started + timeout_s
+        while not self.port:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited ({self.proc.returncode}):\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no port file after {timeout_s:.0f}s:\n{self.log()}")
+            content = self._port_file.read_text().strip() if self._port_file.exists() else ""
+            if content.isdigit():
+                self.port = int(content)
+            else:
+                time.sleep(0.1)
+        request = health_pb2.HealthCheckRequest(service=self._service)
+        with grpc.insecure_channel(f"{HOST}:{self.port}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                try:
+                    reply = stub.Check(request, timeout=1)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return time.monotonic() - started
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"not SERVING after {timeout_s:.0f}s:\n{self.log()}")
+                time.sleep(0.1)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the server process has used so far (all its threads)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def os_threads(self) -> int:
+        """The server process's OS threads now, -1 once it is gone."""
+        status = Path(f"/proc/{self.proc.pid}/status")
+        for line in status.read_text().splitlines() if status.exists() else []:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+        return -1
+
+    def log(self) -> str:
+        """The last 4,000 characters the server wrote (stdout and stderr)."""
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        stop_process(self.proc, self._stop_timeout_s)
+        self._log.close()

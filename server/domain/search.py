@@ -161,12 +161,18 @@ class Indexer:
 
     def index_now(self, key: TurnKey) -> bool:
         """Index one turn now (waiting for another processor holding it); True once it is
-        searchable, False if it is gone (deleted or erased meanwhile)."""
+        searchable, False if it is gone (deleted or erased meanwhile). If indexing fails the
+        turn stays queued for the worker and STORE_UNAVAILABLE is raised."""
         with self._turns.claim(1, self._clock(), only=key) as batch:
             if not batch.turns:
                 return False
-            self._process(batch)
-            return True
+            if self._process(batch) == len([t for t in batch.turns if t.text is not None]):
+                return True
+        raise MemoriaError(
+            ErrorReason.STORE_UNAVAILABLE,
+            "the turn is stored, but it could not be indexed now; the worker retries it in "
+            "the background. Send it again to wait for it once more.",
+        )
 
     def purge_once(self, limit: int) -> int:
         """Remove the chunks of up to `limit` deleted conversations from the index."""
@@ -177,9 +183,10 @@ class Indexer:
                 )
             return len(purges)
 
-    def _process(self, batch: TurnBatch) -> None:
-        """Chunk and embed the batch's turns together (one model batch), then store each.
-        A turn without text is already indexed (claimed by key after another processor)."""
+    def _process(self, batch: TurnBatch) -> int:
+        """Chunk and embed the batch's turns together (one model batch), then store each;
+        return how many were indexed. A turn without text is already indexed (claimed by key
+        after another processor)."""
         chunked = [(t, split_text(t.text).chunks) for t in batch.turns if t.text is not None]
         if chunked:
             log.debug("indexing turns %s", [t.row_id for t, _ in chunked])
@@ -189,7 +196,8 @@ class Indexer:
         except Exception as error:  # the model failed for the whole batch: retry each turn
             for turn, _ in chunked:
                 self._failed(batch, turn, error)
-            return
+            return 0
+        indexed_turns = 0
         for turn, chunks in chunked:
             indexed = [
                 IndexedChunk(
@@ -206,6 +214,8 @@ class Indexer:
                 self._failed(batch, turn, error)
                 continue
             batch.indexed(turn)
+            indexed_turns += 1
+        return indexed_turns
 
     def _failed(self, batch: TurnBatch, turn: ClaimedTurn, error: Exception) -> None:
         attempts = turn.attempts + 1

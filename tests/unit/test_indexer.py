@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.keywords import KeywordEncoder
 from server.domain.model import IndexedChunk, NewTurn, TurnKey
 from server.domain.search import MAX_INDEX_ATTEMPTS, Indexer
@@ -129,3 +130,18 @@ def test_a_turn_that_keeps_failing_is_recorded_as_failed(parts) -> None:  # type
     turns.accept_turn(NewTurn(KEY, "a turn about herons", T0, clock.now))
     assert indexer.index_now(KEY)
     assert row(store)[:2] == ("indexed", 0)
+
+
+def test_waiting_for_a_turn_the_index_refuses_reports_unavailable(parts) -> None:  # type: ignore[no-untyped-def]
+    indexer, turns, index, _clock, store = parts
+    turns.accept_turn(NewTurn(KEY, "a turn about herons", T0, T0))
+    index.down = True
+    with pytest.raises(MemoriaError) as caught:
+        indexer.index_now(KEY)
+    assert caught.value.reason is ErrorReason.STORE_UNAVAILABLE
+    assert row(store)[:3] == ("pending", 1, "ConnectionError")  # still queued for the worker
+    index.down = False
+    turns.accept_turn(NewTurn(KEY, "a turn about herons", T0, T0))  # the caller sends it again
+    assert indexer.index_now(KEY)
+    assert row(store)[0] == "indexed"
+    assert indexer.index_now(KEY)  # already indexed: nothing to do, still searchable

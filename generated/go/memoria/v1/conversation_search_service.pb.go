@@ -98,8 +98,11 @@ type IndexTurnRequest struct {
 	// When the turn happened. Required.
 	TurnTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=turn_time,json=turnTime,proto3" json:"turn_time,omitempty"`
 	// When true, the call returns only once the turn is searchable
-	// (read-your-writes, slower: it embeds in the call). When false (default)
-	// it returns as soon as the turn is durably accepted.
+	// (read-your-writes, slower: it embeds in the call). If it cannot be
+	// indexed now, the call fails with UNAVAILABLE
+	// (ERROR_REASON_STORE_UNAVAILABLE) but the turn stays accepted and is
+	// retried in the background; sending it again waits again. When false
+	// (default) it returns as soon as the turn is durably accepted.
 	Wait          bool `protobuf:"varint,6,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -81,8 +81,11 @@ class IndexTurnRequest(_message.Message):
     """The assistant's answer."""
     wait: _builtins.bool
     """When true, the call returns only once the turn is searchable
-    (read-your-writes, slower: it embeds in the call). When false (default)
-    it returns as soon as the turn is durably accepted.
+    (read-your-writes, slower: it embeds in the call). If it cannot be
+    indexed now, the call fails with UNAVAILABLE
+    (ERROR_REASON_STORE_UNAVAILABLE) but the turn stays accepted and is
+    retried in the background; sending it again waits again. When false
+    (default) it returns as soon as the turn is durably accepted.
     """
     @_builtins.property
     def turn_time(self) -> _timestamp_pb2.Timestamp:

@@ -61,8 +61,11 @@ export type IndexTurnRequest = Message<"memoria.v1.IndexTurnRequest"> & {
 
   /**
    * When true, the call returns only once the turn is searchable
-   * (read-your-writes, slower: it embeds in the call). When false (default)
-   * it returns as soon as the turn is durably accepted.
+   * (read-your-writes, slower: it embeds in the call). If it cannot be
+   * indexed now, the call fails with UNAVAILABLE
+   * (ERROR_REASON_STORE_UNAVAILABLE) but the turn stays accepted and is
+   * retried in the background; sending it again waits again. When false
+   * (default) it returns as soon as the turn is durably accepted.
    *
    * @generated from field: bool wait = 6;
    */
