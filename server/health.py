@@ -10,7 +10,10 @@ the status of the services that store serves:
 - the chunk index (the embedded Qdrant engine or a Qdrant server) serves only
   ConversationSearchService, so an index outage leaves the memory block and the audit log
   SERVING;
-- the overall entry "" is SERVING only while every store answers.
+- the overall entry "" is SERVING only while every store answers;
+- the health service's own name (`grpc.health.v1.Health`) is SERVING from start to shutdown
+  whatever the stores do: it is what liveness probes ask about, since a store outage must not
+  restart the process (deploy/README.md, "Probes").
 
 A store whose probe raises, or does not answer within `PROBE_TIMEOUT_SECONDS`, is down at once
 (one failed probe is enough: smoothing belongs to the caller, for example a readiness probe's
@@ -45,6 +48,9 @@ log = logging.getLogger(__name__)
 
 OVERALL = ""
 """The health entry of the whole server (grpc.health.v1 convention)."""
+
+LIVENESS = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+"""The health service's own name, `grpc.health.v1.Health`: no probe ever changes it."""
 
 MEMORY_BLOCK_SERVICE = memory_block_service_pb2.DESCRIPTOR.services_by_name[
     "MemoryBlockService"
@@ -176,7 +182,9 @@ class HealthMonitor:
             return frozenset(self._down)
 
     def start(self) -> None:
-        """Probe once now (so the first statuses are true ones), then keep probing."""
+        """Report LIVENESS SERVING, probe once now (so the first statuses are true ones), then
+        keep probing."""
+        self._sink.set(LIVENESS, SERVING)
         self.probe_once()
         self._thread.start()
 

@@ -30,7 +30,13 @@ from memoria.v1 import conversation_search_service_pb2 as search_pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from server.config import Settings
-from server.health import AUDIT_SERVICE, MEMORY_BLOCK_SERVICE, OVERALL, SEARCH_SERVICE
+from server.health import (
+    AUDIT_SERVICE,
+    LIVENESS,
+    MEMORY_BLOCK_SERVICE,
+    OVERALL,
+    SEARCH_SERVICE,
+)
 from tests.api.conftest import Api, error_info, expect_error, serving
 from tests.api.test_audit_api import all_events
 from tests.postgres_server import OwnPostgres
@@ -266,6 +272,8 @@ def test_a_postgresql_outage_turns_health_not_serving_and_loses_no_accepted_writ
     own_postgres.stop()
     until_status(watches, NOT_SERVING, stopped)
     assert api.running.monitor.down == {"sql store"}  # the embedded chunk index is fine
+    liveness = health_pb2.HealthCheckRequest(service=LIVENESS)  # no store outage touches it
+    assert health_pb2_grpc.HealthStub(api.channel).Check(liveness, timeout=5).status == SERVING
 
     # Writes while the database is down fail retryably and change nothing.
     fails_unavailable(lambda: ledger.rewrite(api, "ana", "ana during"))

@@ -45,6 +45,7 @@ EVERY_SERVICE = (
     "memoria.v1.MemoryBlockService",
     "memoria.v1.AuditService",
     "memoria.v1.ConversationSearchService",
+    "grpc.health.v1.Health",  # what liveness probes ask about (deploy/README.md)
 )
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 

@@ -13,6 +13,7 @@ import pytest
 
 from server.health import (
     AUDIT_SERVICE,
+    LIVENESS,
     MEMORY_BLOCK_SERVICE,
     NOT_SERVING,
     OVERALL,
@@ -87,8 +88,11 @@ class Rig:
         return monitor
 
     def expect(self, not_serving: set[str]) -> None:
-        """The latest status of every service: NOT_SERVING for those named, else SERVING."""
-        assert self.sink.status() == {
+        """The latest status of every service: NOT_SERVING for those named, else SERVING
+        (LIVENESS is set only by `start`, and only ever SERVING)."""
+        statuses = self.sink.status()
+        assert statuses.pop(LIVENESS, SERVING) == SERVING
+        assert statuses == {
             name: NOT_SERVING if name in not_serving else SERVING for name in EVERYTHING
         }
 
@@ -192,12 +196,14 @@ def test_transitions_are_logged_and_reported_once_not_every_probe(
 def test_the_thread_probes_on_its_own(rig: Rig) -> None:
     rig.start(interval=0.2)
     rig.expect(set())  # start probed once before returning
+    assert rig.sink.calls[0] == (LIVENESS, SERVING)
     rig.index.error = RuntimeError("gone")
     wait_until(lambda: rig.sink.status()[SEARCH_SERVICE] == NOT_SERVING)
     rig.expect({OVERALL, SEARCH_SERVICE})
     rig.index.error = None
     wait_until(lambda: rig.sink.status()[SEARCH_SERVICE] == SERVING)
     rig.expect(set())
+    assert [status for name, status in rig.sink.calls if name == LIVENESS] == [SERVING]
 
 
 def test_probe_soon_probes_at_once_instead_of_at_the_next_tick(rig: Rig) -> None:
