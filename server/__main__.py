@@ -185,8 +185,10 @@ def _serve(settings: Settings, port_file: Path | None, worker_index: int | None 
     from server.app import start
 
     if worker_index is not None:  # one of `--workers N`: the parent logged the settings
-        from server.processes import name_this_process
+        from server.processes import name_this_process, refusal
 
+        if (reason := refusal(settings)) is not None:
+            sys.exit(f"memoria serve: {reason}")
         name_this_process(f"worker-{worker_index}")
     else:
         log.info("settings %s", settings.redacted())

@@ -197,8 +197,10 @@ class Supervisor:
                 log.info("starting %d workers on %s (pid %d)", count, self._listen, os.getpid())
                 for child in self._children:
                     self._spawn(child)
-                status = self._supervise(wake_r, port)
-                return self._shutdown(wake_r) if status is None else status
+                if self._supervise(wake_r, port):
+                    return self._shutdown(wake_r, f"signal {self._stop_signal}")
+                self._shutdown(wake_r, "a worker failed to start")
+                return 1
         finally:
             for child in self._children:  # only after an unexpected error: kill, never orphan
                 if child.process is not None and child.process.poll() is None:
@@ -238,8 +240,8 @@ class Supervisor:
         child.restart_at = None
         log.info("%s started", child.name)
 
-    def _supervise(self, wake_r: int, port: int) -> int | None:
-        """The loop until a stop signal (None) or a failed first start (an exit status)."""
+    def _supervise(self, wake_r: int, port: int) -> bool:
+        """The loop: True at a stop signal, False when a child fails during the first start."""
         announced = False
         while self._stop_signal is None:
             now = time.monotonic()
@@ -252,9 +254,7 @@ class Supervisor:
                             child.name,
                             code,
                         )
-                        self._stop_signal = signal.SIGTERM
-                        self._shutdown(wake_r)
-                        return 1
+                        return False
                     self._schedule_restart(child, code, now)
                 elif process is not None and not child.serving:
                     if self._reported_port(child) is not None:
@@ -271,7 +271,7 @@ class Supervisor:
                 if self.port_file is not None:
                     self.port_file.write_text(str(port))
             self._wait(wake_r, self._next_timeout(now))
-        return None
+        return True
 
     def _reported_port(self, child: _Child) -> int | None:
         content = child.port_file.read_text().strip() if child.port_file.exists() else ""
@@ -309,12 +309,12 @@ class Supervisor:
                 while os.read(wake_r, 512):
                     pass
 
-    def _shutdown(self, wake_r: int) -> int:
-        """Forward the stop signal, wait for every child to drain; 1 if one had to be killed."""
+    def _shutdown(self, wake_r: int, reason: str) -> int:
+        """SIGTERM every child, wait for each to drain; 1 if one had to be killed."""
         live = [c for c in self._children if c.process is not None and c.process.poll() is None]
         log.info(
-            "signal %s: stopping %d workers (each drains for up to %ss)",
-            self._stop_signal,
+            "%s: stopping %d workers (each drains for up to %ss)",
+            reason,
             len(live),
             self.settings.shutdown_grace_seconds,
         )

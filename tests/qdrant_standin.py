@@ -92,17 +92,19 @@ class _Collections(collections_service_pb2_grpc.CollectionsServicer):  # type: i
             for name, params in request.sparse_vectors_config.map.items()
         }
         metadata = GrpcToRest.convert_payload(request.metadata) if request.metadata else None
-        if self._store.call(context, lambda c: c.collection_exists(request.collection_name)):
-            context.abort(grpc.StatusCode.ALREADY_EXISTS, "collection already exists")
-        self._store.call(
-            context,
-            lambda c: c.create_collection(
+
+        def create(client: QdrantClient) -> bool:  # one step, as two replicas may race here
+            if client.collection_exists(request.collection_name):
+                return False
+            return client.create_collection(
                 request.collection_name,
                 vectors_config=vectors,
                 sparse_vectors_config=sparse or None,
                 metadata=metadata,
-            ),
-        )
+            )
+
+        if not self._store.call(context, create):
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, "collection already exists")
         return qg.CollectionOperationResponse(result=True, time=0)
 
     def Get(self, request: Any, context: grpc.ServicerContext) -> Any:

@@ -293,3 +293,32 @@ def test_workers_are_refused_on_the_embedded_stores(
     for store in named:
         assert store in message
     assert not (tmp_path / "data").exists()  # nothing was opened
+
+
+def test_a_worker_failing_at_start_stops_the_group_with_an_error(tmp_path: Path) -> None:
+    """A first start that fails is a configuration problem: reported at once, not retried."""
+    done = subprocess.run(
+        [
+            str(MEMORIA),
+            "serve",
+            "--workers",
+            "2",
+            "--listen",
+            "127.0.0.1:0",
+            "--port-file",
+            str(tmp_path / "port"),
+            "--database-url",
+            "postgresql+psycopg://app@127.0.0.1:1/nothing",  # nothing listens on port 1
+            "--qdrant-url",
+            "http://127.0.0.1:1",
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert re.search(
+        rb"worker \d \(pid \d+\) exited with status 1 before the group served", done.stderr
+    )
+    assert not (tmp_path / "port").exists()
