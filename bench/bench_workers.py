@@ -38,6 +38,7 @@ import dataclasses
 import os
 import platform
 import random
+import resource
 import signal
 import statistics
 import subprocess
@@ -99,6 +100,19 @@ def process_tree_cpu(pid: int) -> dict[int, float]:
     return cpu
 
 
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) jiffies of all cores so far, from /proc/stat (busy: not idle or iowait)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    total = sum(values[:8])  # user nice system idle iowait irq softirq steal
+    return total - values[3] - values[4], total
+
+
+def children_cpu() -> float:
+    """CPU seconds of this script's reaped children: after a ghz run, ghz's share is added."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 @dataclass
 class Server:
     """One `memoria serve --workers N` under test."""
@@ -122,6 +136,8 @@ class Run:
     p50_ms: float
     p99_ms: float
     cpu_us: float  # all the server's processes, per call
+    ghz_us: float  # the load generator, per call
+    machine: float  # busy share of all the machine's cores during the run (anyone's work)
     split: tuple[float, ...]  # each serving process's share of that CPU (the parent's aside)
     errors: int
 
@@ -147,9 +163,17 @@ def measure(
         "wait",
     ]
     pid = server.process.proc.pid
-    before = process_tree_cpu(pid)
+    before, ghz_before, (busy_before, total_before) = (
+        process_tree_cpu(pid),
+        children_cpu(),
+        machine_cpu(),
+    )
     report = run_ghz(ghz, server.process.port, ghz_args, args.duration + GHZ_EXTRA_TIMEOUT_S)
-    after = process_tree_cpu(pid)
+    after, ghz_after, (busy_after, total_after) = (
+        process_tree_cpu(pid),
+        children_cpu(),
+        machine_cpu(),
+    )
     used = {p: after[p] - before.get(p, 0.0) for p in after}
     codes: dict[str, int] = report.get("statusCodeDistribution") or {}
     calls = max(int(report.get("count") or 0), 1)
@@ -163,6 +187,8 @@ def measure(
         p50_ms=percentile_ms(report, 50),
         p99_ms=percentile_ms(report, 99),
         cpu_us=total / calls * 1e6,
+        ghz_us=(ghz_after - ghz_before) / calls * 1e6,
+        machine=(busy_after - busy_before) / max(total_after - total_before, 1),
         split=tuple(u / max(sum(serving), 1e-9) for u in serving),
         errors=sum(n for code, n in codes.items() if code != "OK"),
     )
@@ -171,6 +197,7 @@ def measure(
     print(
         f"  round {rnd} {server.label:<9} {rpc.label:<7} rps={run.rps:8.1f} "
         f"p50={run.p50_ms:6.2f}ms p99={run.p99_ms:6.2f}ms cpu={run.cpu_us:5.0f}us/call "
+        f"ghz={run.ghz_us:4.0f}us/call machine={run.machine:.0%} "
         f"split={'/'.join(f'{s:.0%}' for s in run.split)} errors={run.errors}",
         file=sys.stderr,
         flush=True,
@@ -211,7 +238,8 @@ def print_report(runs: Sequence[Run], labels: Sequence[str], servers: Sequence[S
     print()
     print(
         f"{'rpc':<7} {'server':<9} {'rps':>9} {'p50 ms':>7} {'p99 ms':>7} {'cpu us':>7} "
-        f"{'x 1 worker':>10} {'cpu split':>10} {'runs':>5} {'errors':>6}"
+        f"{'ghz us':>6} {'machine':>7} {'x 1 worker':>10} {'cpu split':>10} {'runs':>5} "
+        f"{'errors':>6}"
     )
     base = servers[0].label
     for rpc in labels:
@@ -228,6 +256,8 @@ def print_report(runs: Sequence[Run], labels: Sequence[str], servers: Sequence[S
                 f"{statistics.median(r.p50_ms for r in mine):>7.2f} "
                 f"{statistics.median(r.p99_ms for r in mine):>7.2f} "
                 f"{statistics.median(r.cpu_us for r in mine):>7.0f} "
+                f"{statistics.median(r.ghz_us for r in mine):>6.0f} "
+                f"{statistics.median(r.machine for r in mine):>7.0%} "
                 f"{statistics.median(ratios):>10.2f} {split:>10} {len(mine):>5} "
                 f"{sum(r.errors for r in mine):>6}"
             )
@@ -335,8 +365,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"load: ghz on the same machine, {args.concurrency} calls in flight over "
         f"{args.connections} connections, {args.duration}s per run, {args.rounds} interleaved "
         "rounds, medians shown\n"
-        "cpu us = CPU of all the server's processes per call; cpu split = the busiest "
-        "serving process's share of it (50% is an even split)"
+        "cpu us = CPU of all the server's processes per call; ghz us = the load generator's;\n"
+        "machine = busy share of all the cores during the run (server, ghz, PostgreSQL and any "
+        "neighbour);\ncpu split = the busiest serving process's share of the server's CPU "
+        "(50% is an even split)"
     )
     if runs:
         print_report(runs, [c.label for c in calls], servers)
