@@ -126,6 +126,24 @@ def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
 
+def serve_two(port_file: Path, database_url: str, qdrant_url: str) -> list[str]:
+    """The command of a group of two on port 0."""
+    return [
+        str(MEMORIA),
+        "serve",
+        "--workers",
+        "2",
+        "--listen",
+        "127.0.0.1:0",
+        "--port-file",
+        str(port_file),
+        "--database-url",
+        database_url,
+        "--qdrant-url",
+        qdrant_url,
+    ]
+
+
 @pytest.fixture
 def group(tmp_path: Path, postgres: PgDatabase, qdrant_url: str) -> Iterator[Group]:
     """`memoria serve --workers 2` on port 0 with a port file; always stopped at the end."""
@@ -134,22 +152,7 @@ def group(tmp_path: Path, postgres: PgDatabase, qdrant_url: str) -> Iterator[Gro
     env = _env() | {"MEMORIA_SHUTDOWN_GRACE_SECONDS": str(GRACE_S)}
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [
-                str(MEMORIA),
-                "serve",
-                "--workers",
-                "2",
-                "--listen",
-                "127.0.0.1:0",
-                "--port-file",
-                str(port_file),
-                "--database-url",
-                postgres.app_url,
-                "--qdrant-url",
-                qdrant_url,
-                "--data-dir",
-                str(tmp_path / "data"),
-            ],
+            serve_two(port_file, postgres.app_url, qdrant_url),
             cwd=tmp_path,
             env=env,
             stdout=out,
@@ -297,21 +300,11 @@ def test_workers_are_refused_on_the_embedded_stores(
 
 def test_a_worker_failing_at_start_stops_the_group_with_an_error(tmp_path: Path) -> None:
     """A first start that fails is a configuration problem: reported at once, not retried."""
+    nowhere = "127.0.0.1:1"  # nothing listens on port 1
     done = subprocess.run(
-        [
-            str(MEMORIA),
-            "serve",
-            "--workers",
-            "2",
-            "--listen",
-            "127.0.0.1:0",
-            "--port-file",
-            str(tmp_path / "port"),
-            "--database-url",
-            "postgresql+psycopg://app@127.0.0.1:1/nothing",  # nothing listens on port 1
-            "--qdrant-url",
-            "http://127.0.0.1:1",
-        ],
+        serve_two(
+            tmp_path / "port", f"postgresql+psycopg://app@{nowhere}/nothing", f"http://{nowhere}"
+        ),
         cwd=tmp_path,
         env=_env(),
         capture_output=True,
