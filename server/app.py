@@ -295,7 +295,10 @@ def start(
         options=[
             ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
             ("grpc.max_send_message_length", settings.max_send_message_bytes),
-            ("grpc.so_reuseport", 0),
+            # Off for one process: a second server on the same port then fails to start
+            # instead of silently sharing its traffic. On for `--workers N`, whose processes
+            # all listen on the port (server/processes.py).
+            ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
         ],
         maximum_concurrent_rpcs=settings.threads * 64,
     )
