@@ -27,6 +27,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--qdrant-url", help="Qdrant server URL; unset: embedded engine")
     serve.add_argument("--auth", choices=["auto", "jwt", "trusted-headers"])
     serve.add_argument("--port-file", type=Path, help="write the bound port here once serving")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="serving processes on the one port (default 1; more need PostgreSQL and a Qdrant "
+        "server)",
+    )
+    # Set by the parent of `--workers N` on each of its children (server/processes.py).
+    serve.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
     work = sub.add_parser(
         "worker",
         help="index accepted turns in this process (PostgreSQL and a Qdrant server only)",
@@ -48,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
 def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {
         key: value
-        for key in ("listen", "data_dir", "database_url", "qdrant_url", "auth")
+        for key in ("listen", "data_dir", "database_url", "qdrant_url", "auth", "workers")
         if (value := getattr(args, key, None)) is not None
     }
     return Settings(**overrides)
@@ -69,8 +77,10 @@ def main(argv: list[str] | None = None) -> None:
         _worker(settings)
     elif args.command == "compact":
         _compact(settings)
+    elif args.worker_index is None and settings.workers > 1:
+        _serve_workers(settings, args)
     else:
-        _serve(settings, args.port_file)
+        _serve(settings, args.port_file, args.worker_index)
 
 
 def _migrate(settings: Settings, app_role: str | None) -> None:
@@ -148,18 +158,51 @@ def _worker(settings: Settings) -> None:
     log.info("stopped")
 
 
-def _serve(settings: Settings, port_file: Path | None) -> None:
-    from server.app import start
+def _serve_workers(settings: Settings, args: argparse.Namespace) -> None:
+    """`--workers N`: this process supervises N serving processes on one port."""
+    from server.processes import Supervisor, name_this_process, refusal
 
+    if (reason := refusal(settings)) is not None:
+        sys.exit(f"memoria serve: {reason}")
+    name_this_process("supervisor")
     log.info("settings %s", settings.redacted())
     for name in Settings.unknown_env(os.environ):
         log.warning("ignoring unknown environment variable %s", name)
+    # The children get the flags given here (so a URL given in the environment stays there).
+    passed = [
+        (flag, getattr(args, key))
+        for flag, key in (
+            ("--data-dir", "data_dir"),
+            ("--database-url", "database_url"),
+            ("--qdrant-url", "qdrant_url"),
+            ("--auth", "auth"),
+        )
+        if getattr(args, key) is not None
+    ]
+    child_args = [str(part) for pair in passed for part in pair]
+    sys.exit(Supervisor(settings, child_args, args.port_file).run())
+
+
+def _serve(settings: Settings, port_file: Path | None, worker_index: int | None = None) -> None:
+    from server.app import start
+
+    if worker_index is not None:  # one of `--workers N`: the parent logged the settings
+        from server.processes import name_this_process, refusal
+
+        if (reason := refusal(settings)) is not None:
+            sys.exit(f"memoria serve: {reason}")
+        name_this_process(f"worker-{worker_index}")
+    else:
+        log.info("settings %s", settings.redacted())
+        for name in Settings.unknown_env(os.environ):
+            log.warning("ignoring unknown environment variable %s", name)
     running = start(settings)
     log.info(
-        "serving memoria on port %d (auth=%s, store=%s)",
+        "serving memoria on port %d (auth=%s, store=%s, pid %d)",
         running.port,
         settings.effective_auth,
         "sqlite" if settings.embedded else "postgresql",
+        os.getpid(),
     )
     if port_file is not None:
         port_file.write_text(str(running.port))

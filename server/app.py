@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
@@ -30,6 +30,7 @@ from server.domain.keywords import KeywordEncoder
 from server.domain.memory import MemoryBlocks
 from server.domain.ports import ChunkIndex, Embedder, MemoryStore
 from server.domain.search import ConversationSearch, Indexer
+from server.health import HealthMonitor, store_dependencies
 from server.rpc.auth import (
     Authenticator,
     JwtAuthenticator,
@@ -236,6 +237,7 @@ class Running:
     index: ChunkIndex
     telemetry: Telemetry
     _stopped: threading.Event
+    monitor: HealthMonitor
 
     def stop(self, grace: float) -> None:
         """Report NOT_SERVING, drain in-flight calls for up to `grace` seconds, close stores."""
@@ -244,6 +246,7 @@ class Running:
         self._stopped.set()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
+        self.monitor.stop()  # before the stores close, so no probe reports them down
         self.worker.stop()
         self.telemetry.shutdown()  # flushes what is buffered (the outbox gauges read SQL)
         self.index.close()
@@ -291,17 +294,32 @@ def start(
         wake_worker=worker.wake,
     )
 
+    health_servicer = health.HealthServicer()
+    monitor = HealthMonitor(
+        health_servicer,
+        store_dependencies(telemetry.untraced(store.check), parts.index.check),
+        SERVICE_NAMES,
+    )
+
     # Sync server with a thread pool, not grpc.aio: the handlers block on SQLAlchemy/psycopg,
     # and bench/sync_vs_aio.py measured the frameworks within about 15% of each other on a
     # no-op (sync ahead with one call in flight, aio ahead with 16). One code path, no event
     # loop around blocking drivers.
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="rpc"),
-        interceptors=[*telemetry.interceptors(), MemoriaInterceptor(build_authenticator(settings))],
+        interceptors=[
+            *telemetry.interceptors(),
+            MemoriaInterceptor(
+                build_authenticator(settings), on_store_unavailable=monitor.probe_soon
+            ),
+        ],
         options=[
             ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
             ("grpc.max_send_message_length", settings.max_send_message_bytes),
-            ("grpc.so_reuseport", 0),
+            # Off for one process: a second server on the same port then fails to start
+            # instead of silently sharing its traffic. On for `--workers N`, whose processes
+            # all listen on the port (server/processes.py).
+            ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
         ],
         maximum_concurrent_rpcs=settings.threads * 64,
     )
@@ -312,16 +330,14 @@ def start(
     conversation_search_service_pb2_grpc.add_ConversationSearchServiceServicer_to_server(
         ConversationSearchServicer(search), server
     )
-    health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)
     port = server.add_insecure_port(settings.listen)
     if port == 0:
         raise SystemExit(f"cannot listen on {settings.listen}")
+    monitor.start()  # the first statuses come from a probe of the stores (server/health.py)
     server.start()
     worker.start()
-    for name in ("", *SERVICE_NAMES):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return Running(
         server,
         port,
@@ -332,4 +348,5 @@ def start(
         parts.index,
         telemetry,
         threading.Event(),
+        monitor,
     )

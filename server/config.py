@@ -93,6 +93,10 @@ class Settings(BaseSettings):
     # lost 10-20% of throughput to GIL hand-offs against 4 or 8 (bench/README.md), and 8
     # still overlaps database round trips when the database is across a network.
     threads: int = Field(8, ge=1, le=256, description="gRPC worker threads")
+    # N serving processes on one port (server/processes.py): one process uses one core.
+    workers: int = Field(
+        1, ge=1, le=64, description="serving processes on the port (PostgreSQL + Qdrant server)"
+    )
     db_pool_size: int = Field(8, ge=1, le=256, description="connections per pool")
     max_receive_message_bytes: int = Field(1 << 20, ge=16 << 10)
     max_send_message_bytes: int = Field(16 << 20, ge=1 << 20)

@@ -140,6 +140,18 @@ class Telemetry:
         if self.enabled:
             OutboxGauges(stats, self.meter)
 
+    def untraced(self, probe: Callable[[], None]) -> Callable[[], None]:
+        """`probe` with instrumentation suppressed: the health monitor's store checks run
+        every few seconds outside any call, and would each start a trace of their own."""
+        if not self.enabled:
+            return probe
+
+        def untraced_probe() -> None:
+            with suppress_instrumentation():
+                probe()
+
+        return untraced_probe
+
     def interceptors(self) -> list[grpc.ServerInterceptor]:  # type: ignore[type-arg]
         """The RPC span and latency interceptor, to run before (outside) every other one."""
         from server.rpc.telemetry import TelemetryInterceptor
@@ -323,7 +335,12 @@ def _metric_exporter(protocol: str) -> Any:
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and the trace and span ids
-    of the span current when the line was logged (absent outside any span)."""
+    of the span current when the line was logged (absent outside any span). `process`, when
+    given, names the process on every line (`memoria serve --workers N` shares one stream)."""
+
+    def __init__(self, process: str | None = None) -> None:
+        super().__init__()
+        self._process = process
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -332,6 +349,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self._process is not None:
+            line["process"] = self._process
         span_context = trace.get_current_span().get_span_context()
         if span_context.is_valid:
             line["trace_id"] = trace.format_trace_id(span_context.trace_id)
@@ -403,6 +422,10 @@ class TracedChunkIndex:
     def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
         with self._span("count"):
             return self._index.count(tenant_id, principal_id, conversation_id)
+
+    def check(self) -> None:
+        """The health monitor's probe: not traced (a trace every few seconds is noise)."""
+        self._index.check()
 
     def close(self) -> None:
         self._index.close()

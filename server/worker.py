@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.search import Indexer
 
 log = logging.getLogger(__name__)
@@ -56,14 +57,29 @@ class IndexWorker:
                 thread.join(timeout)
 
     def _run(self) -> None:
+        failing = False
         while not self._stop.is_set():
             try:
                 busy = self._indexer.run_once(self._batch_size)
                 busy += self._indexer.purge_once(self._batch_size)
-            except Exception:  # a store is down: keep the worker alive, try again soon
-                log.exception("indexing worker: a store failed; retrying")
+            except Exception as error:  # a store is down: keep the worker alive, retry soon
+                if not failing:  # once per outage, not every pause (health reports it too)
+                    unavailable = (
+                        isinstance(error, MemoriaError)
+                        and error.reason is ErrorReason.STORE_UNAVAILABLE
+                    )
+                    log.warning(
+                        "indexing paused: a store failed (%s); retrying every %ss",
+                        type(error).__name__,
+                        self._error_pause_seconds,
+                        exc_info=not unavailable,
+                    )
+                failing = True
                 self._stop.wait(self._error_pause_seconds)
                 continue
+            if failing:
+                log.info("indexing resumed")
+                failing = False
             if busy:
                 continue
             self._wake.wait(self._poll_seconds)

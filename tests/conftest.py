@@ -10,6 +10,8 @@ never skip: they fail if PostgreSQL cannot be had, and the run fails if none of 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from server.storage import migrate
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.sql import SqlMemoryStore
 from tests.fakes import InMemoryMemoryStore
-from tests.postgres_server import pg_urls
+from tests.postgres_server import OwnPostgres, free_port, pg_urls
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_POSTGRES = os.environ.get("MEMORIA_REQUIRE_POSTGRES") == "1"
@@ -67,6 +69,36 @@ def postgres() -> Iterator[PgDatabase]:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[OwnPostgres]:
+    """A PostgreSQL cluster of this test's own, for tests that stop and start the database
+    (the shared one serves other tests meanwhile): the roles and a migrated `memoria`
+    database; stopped and removed at the end. Its directory is under /tmp, open to the server
+    user (pytest's tmp_path is not reachable by `postgres` when the tests run as root)."""
+    directory = Path(tempfile.mkdtemp(prefix="memoria-pg-outage-"))
+    directory.chmod(0o755)
+    cluster = OwnPostgres(directory, free_port())
+    try:
+        try:
+            cluster.start()
+        except Exception as error:
+            message = f"cannot start a PostgreSQL of this test's own: {error}"
+            if REQUIRE_POSTGRES:
+                pytest.fail(message, pytrace=False)
+            pytest.skip(message)
+        owner = create_store_engine(cluster.owner_url, pool_size=1)
+        try:
+            migrate.upgrade(owner, app_role=APP_ROLE)
+        finally:
+            owner.dispose()
+        yield cluster
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

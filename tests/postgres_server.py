@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,3 +34,50 @@ def pg_urls() -> tuple[str, str]:
         if line.startswith("export ")
     )
     return urls["MEMORIA_TEST_PG_OWNER_URL"], urls["MEMORIA_TEST_PG_APP_URL"]
+
+
+@dataclass
+class OwnPostgres:
+    """A throwaway PostgreSQL cluster of one test: scripts/pg.sh on a directory and port of
+    its own, so stopping it touches no other test's database."""
+
+    directory: Path
+    port: int
+    owner_url: str = ""
+    app_url: str = ""
+
+    def pg(self, command: str) -> str:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "MEMORIA_"))}
+        env |= {"MEMORIA_PG_DIR": str(self.directory), "MEMORIA_PG_PORT": str(self.port)}
+        done = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "pg.sh"), command],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            start_new_session=True,  # a Ctrl-C of pytest does not reach the cluster
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"pg.sh {command} failed:\n{done.stderr[-2000:]}")
+        return done.stdout
+
+    def start(self) -> None:
+        urls = dict(
+            line.removeprefix("export ").split("=", 1)
+            for line in self.pg("start").splitlines()
+            if line.startswith("export ")
+        )
+        self.owner_url = urls["MEMORIA_TEST_PG_OWNER_URL"]
+        self.app_url = urls["MEMORIA_TEST_PG_APP_URL"]
+
+    def stop(self) -> None:
+        self.pg("stop")
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on at the moment."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

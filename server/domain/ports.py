@@ -92,6 +92,11 @@ class ChunkIndex(Protocol):
         """Number of chunks stored for a principal, or for one of its conversations."""
         ...
 
+    def check(self) -> None:
+        """Return if the engine can serve now, else raise: a cheap probe with no effect, for
+        the health monitor (which bounds how long it waits)."""
+        ...
+
     def close(self) -> None:
         """Flush and release the engine."""
         ...

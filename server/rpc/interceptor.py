@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 from opentelemetry import trace
 
-from server.domain.errors import MemoriaError
+from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.model import Identity
 from server.rpc.auth import Authenticator, unauthenticated
 from server.rpc.errors import internal_status, to_status
@@ -40,8 +40,16 @@ Behavior = Callable[[Any, grpc.ServicerContext], Any]
 class MemoriaInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     """Authenticates Memoria calls and turns exceptions into statuses with details."""
 
-    def __init__(self, authenticator: Authenticator):
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        *,
+        on_store_unavailable: Callable[[], None] = lambda: None,
+    ):
+        """`on_store_unavailable` is called when a call fails with STORE_UNAVAILABLE (the
+        health monitor probes the stores at once rather than at its next tick)."""
         self._auth = authenticator
+        self._on_store_unavailable = on_store_unavailable
         # Wrapped handlers by method: gRPC asks for a handler on every call, and building one
         # per call showed up in the render path's profile.
         self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
@@ -76,6 +84,8 @@ class MemoriaInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                 finally:
                     _identity.reset(token)
             except MemoriaError as error:
+                if error.reason is ErrorReason.STORE_UNAVAILABLE:
+                    self._on_store_unavailable()
                 context.abort_with_status(to_status(error))
             except Exception:
                 trace_id = _trace_id()

@@ -152,6 +152,9 @@ class OnnxMiniLmEmbedder:
         # threads on a small machine.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3  # errors only
+        # onnxruntime can report usage events to its vendor; the texts it embeds are people's
+        # conversations, so nothing about its use leaves this process.
+        ort.disable_telemetry_events()
         self._session = ort.InferenceSession(
             model.SerializeToString(), options, providers=["CPUExecutionProvider"]
         )

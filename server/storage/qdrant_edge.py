@@ -339,6 +339,11 @@ class QdrantEdgeChunkIndex:
         spec = owner_filter(tenant_id, principal_id, conversation_id)
         return self._shard.count(CountRequest(exact=True, filter=_filter(spec)))
 
+    def check(self) -> None:
+        """Return if the shard answers (a metadata read of a few microseconds), else raise:
+        in-process, it fails only once closed or broken."""
+        self._shard.info()
+
     def flush(self) -> None:
         """Sync the log and segments to disk (a sync point across operating-system crashes)."""
         self._shard.flush()

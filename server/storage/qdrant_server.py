@@ -282,6 +282,15 @@ class QdrantServerChunkIndex:
                 self._collection, count_filter=_filter(spec), exact=True
             ).count
 
+    def check(self) -> None:
+        """Return if the server answers and still has the collection, else raise (for the
+        health monitor, which logs the failure once: the driver's error propagates as it is,
+        without the per-call warning of STORE_UNAVAILABLE)."""
+        with self._lock:
+            exists = self._client.collection_exists(self._collection)
+        if not exists:
+            raise ChunkIndexError(f"collection {self._collection!r} does not exist")
+
     def close(self) -> None:
         """Close the client: the index owns the client it was given."""
         with self._lock:

@@ -125,6 +125,28 @@ class SqlMemoryStore:
         if self._autocommit is not None:
             self._autocommit.dispose()
 
+    def check(self) -> None:
+        """Return if the database answers `SELECT 1` now, else raise (for the health monitor).
+
+        The probe runs on each pool the calls use (PostgreSQL: the autocommit pool of the hot
+        paths and SQLAlchemy's own), so it sees what a call would see: the server, the
+        network, the service role's login. It goes through SQLAlchemy's connection layer on
+        purpose: when the probe meets a connection that an outage killed, SQLAlchemy marks
+        every connection of that pool opened before then as stale, to be replaced on its next
+        checkout, and the probe asks once more on a fresh connection (as a pool pre-ping
+        would). So after the database returns, the first probe reports it, and calls do not
+        each fail once on a dead connection. Unlike a call's failure, a probe's is not logged
+        here: the monitor logs transitions.
+        """
+        engines = [self._engine] if self._autocommit is None else [self._autocommit, self._engine]
+        for engine in engines:
+            try:
+                _select_one(engine)
+            except exc.DBAPIError as error:
+                if not error.connection_invalidated:
+                    raise
+                _select_one(engine)  # the pool has dropped its stale connections
+
     def read(self, tenant_id: str, principal_id: str, *, fresh: bool = False) -> PrincipalMemory:
         """See `MemoryStore.read` (this store is always fresh)."""
         if self._autocommit is None:
@@ -200,6 +222,11 @@ class SqlMemoryStore:
                     yield tx
         except UNAVAILABLE_ERRORS as error:
             raise store_unavailable(error) from error
+
+
+def _select_one(engine: Engine) -> None:
+    with engine.connect() as conn:
+        conn.exec_driver_sql("SELECT 1").scalar_one()
 
 
 def _apply_params(tenant_id: str, change: Change) -> dict[str, Any]:

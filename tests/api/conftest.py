@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,7 +91,14 @@ def server_settings(
 @pytest.fixture(params=SQL_KINDS)
 def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
     """A server in trusted-headers mode on loopback, on SQLite or PostgreSQL."""
-    running, channel = start_server(server_settings(request.param, request, tmp_path))
+    with serving(server_settings(request.param, request, tmp_path)) as api:
+        yield api
+
+
+@contextmanager
+def serving(settings: Settings) -> Iterator[Api]:
+    """A server started with `settings`, and stubs bound to it; stopped on exit."""
+    running, channel = start_server(settings)
     try:
         yield Api(
             running,

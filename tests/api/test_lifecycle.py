@@ -2,12 +2,13 @@
 
 Starts the installed CLI on 127.0.0.1:0 with a data dir (the embedded SQLite default) and a
 port file, then checks what operators and tools rely on: health checking, server reflection,
-persistence across a restart, a clean exit 0 on SIGTERM that reports NOT_SERVING to watchers
-while draining, and the explicit message size limit.
+persistence across a restart, a clean exit 0 on SIGTERM that reports NOT_SERVING for every
+service to watchers while draining, and the explicit message size limit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -39,6 +40,13 @@ GRACE_S = 2
 EXIT_TIMEOUT_S = GRACE_S + 15.0
 WHO = [("x-memoria-tenant", "t-lifecycle"), ("x-memoria-principal", "alice")]
 SERVING = health_pb2.HealthCheckResponse.SERVING
+EVERY_SERVICE = (
+    "",
+    "memoria.v1.MemoryBlockService",
+    "memoria.v1.AuditService",
+    "memoria.v1.ConversationSearchService",
+    "grpc.health.v1.Health",  # what liveness probes ask about (deploy/README.md)
+)
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
@@ -210,13 +218,22 @@ def test_sigterm_reports_not_serving_drains_and_exits_zero(launch: Launch, tmp_p
     server = launch(tmp_path / "data")
     assert _rewrite(server, "before shutdown").changed
     health = health_pb2_grpc.HealthStub(server.channel)
-    watch = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=EXIT_TIMEOUT_S)
-    assert next(watch).status == SERVING
+    watches = [
+        health.Watch(health_pb2.HealthCheckRequest(service=name), timeout=EXIT_TIMEOUT_S)
+        for name in EVERY_SERVICE
+    ]
+    assert [next(watch).status for watch in watches] == [SERVING] * len(EVERY_SERVICE)
 
     server.process.send_signal(signal.SIGTERM)
-    # The watch is a call in flight when SIGTERM arrives: it is not cut off, it is told.
-    assert next(watch).status == NOT_SERVING
-    watch.cancel()  # the drain ends as soon as the last in-flight call does
+    # The watches are calls in flight when SIGTERM arrives: they are not cut off, they are told.
+    assert [next(watch).status for watch in watches] == [NOT_SERVING] * len(EVERY_SERVICE)
+    # Nothing turns a service back to SERVING while the server drains for the grace period
+    # (the store monitor still runs then): each watch just ends when the drain does.
+    for watch in watches:
+        later: list[int] = []
+        with contextlib.suppress(grpc.RpcError):
+            later.extend(response.status for response in watch)
+        assert later == []
 
     assert server.process.wait(timeout=EXIT_TIMEOUT_S) == 0, server.output()
     with pytest.raises(grpc.RpcError) as caught:

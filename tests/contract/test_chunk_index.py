@@ -394,6 +394,13 @@ def test_another_model_or_dimension_is_refused(opener: Opener, index: ChunkIndex
     assert again.count("t1", "ana") == 1
 
 
+def test_check_passes_on_an_open_index(index: ChunkIndex) -> None:
+    """The health monitor's probe (server/health.py): cheap, and no effect on the data."""
+    index.upsert_turn(key(), T0, [chunk(0, "omega", E0)])
+    index.check()
+    assert index.count("t1", "ana") == 1
+
+
 # --- The server only ------------------------------------------------------------------------
 
 
@@ -440,6 +447,16 @@ def test_edge_keeps_chunks_across_close_and_reopen(
     assert second.count("t1", "ana") == 2
     (hit,) = second.search(scope(), query("upsilon", E1), 5).keyword
     assert (hit.chunk_index, hit.text, hit.turn_time) == (1, "upsilon", T0)
+
+
+def test_edge_check_fails_once_the_index_is_closed(
+    edge: Callable[[], QdrantEdgeChunkIndex],
+) -> None:
+    index = edge()
+    index.check()
+    index.close()
+    with pytest.raises(Exception, match="not initialized"):
+        index.check()
 
 
 def test_edge_second_open_names_the_data_dir(

@@ -131,3 +131,28 @@ def test_internal_errors_carry_the_trace_id_of_the_calls_span(
     trace_id = f"{span.get_span_context().trace_id:032x}"
     assert context.status.details.endswith(trace_id)  # the trace holds the call's spans
     assert trace_id in caplog.text
+
+
+def test_a_store_unavailable_call_asks_for_a_health_probe() -> None:
+    """So health follows an outage the moment a call meets it (server/health.py)."""
+    asked: list[str] = []
+
+    def fail(reason: ErrorReason) -> Any:
+        def behavior(req: object, ctx: object) -> None:
+            raise MemoriaError(reason, "failed")
+
+        handler = grpc.unary_unary_rpc_method_handler(behavior)
+        interceptor = MemoriaInterceptor(
+            Headers(), on_store_unavailable=lambda: asked.append(reason.name)
+        )
+        out = interceptor.intercept_service(lambda _d: handler, Details())
+        assert out is not None
+        return out.unary_unary
+
+    for reason in (ErrorReason.ETAG_MISMATCH, ErrorReason.STORE_UNAVAILABLE):
+        context = FakeContext([("x-principal", "ana")])
+        with pytest.raises(Aborted):
+            fail(reason)("r", context)
+        assert context.status is not None
+    assert context.status.code is grpc.StatusCode.UNAVAILABLE
+    assert asked == ["STORE_UNAVAILABLE"]
