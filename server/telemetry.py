@@ -195,8 +195,8 @@ class Telemetry:
 DEFAULT_TRACE_RATIO = 0.01
 """Share of calls whose trace is kept when `OTEL_TRACES_SAMPLER` is unset (parent-based: a
 caller's sampling decision is always followed, so distributed traces stay whole). Measured by
-bench/bench_telemetry.py on the cached render path: every call traced kept about 0.6-0.7 of
-its throughput, one in ten about 0.86, one in a hundred 0.92-1.0 (the target is 0.9). A
+bench/bench_telemetry.py on the cached render path: every call traced kept about 0.6-0.75 of
+its throughput, one in ten about 0.8-0.87, one in a hundred 0.88-0.93 (the target is 0.9). A
 sampled span costs tens of microseconds in the SDK and its exporter, next to a render's
 ~200. Metrics count every call whatever is sampled; raise the ratio with
 OTEL_TRACES_SAMPLER=parentbased_traceidratio and OTEL_TRACES_SAMPLER_ARG."""
