@@ -30,11 +30,18 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+
+# onnxruntime (1.32, Linux) records usage events with a device id under ~/.cache/Microsoft for
+# upload to its vendor unless this is set before it loads; `disable_telemetry_events()` does
+# not stop that. The texts it embeds are people's conversations: nothing about its use leaves
+# the process. (An operator who set the variable explicitly keeps their value.)
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 import onnxruntime as ort  # type: ignore[import-untyped]  # ships no type information
 from safetensors.numpy import load as load_safetensors
 from tokenizers import Tokenizer
@@ -152,9 +159,7 @@ class OnnxMiniLmEmbedder:
         # threads on a small machine.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3  # errors only
-        # onnxruntime can report usage events to its vendor; the texts it embeds are people's
-        # conversations, so nothing about its use leaves this process.
-        ort.disable_telemetry_events()
+        ort.disable_telemetry_events()  # and its event tracing too (see the import)
         self._session = ort.InferenceSession(
             model.SerializeToString(), options, providers=["CPUExecutionProvider"]
         )

@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -236,3 +238,23 @@ def test_concurrent_callers_get_the_same_vectors(
 def test_thread_count_must_be_positive() -> None:
     with pytest.raises(ValueError, match="intra_op_threads"):
         OnnxMiniLmEmbedder(intra_op_threads=0)
+
+
+def test_onnxruntime_records_no_usage_telemetry(tmp_path: Path) -> None:
+    """Loading and running the embedder writes nothing under the user's home (onnxruntime
+    otherwise keeps a device id and queued usage events in ~/.cache/Microsoft)."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"}
+    env["HOME"] = str(tmp_path)
+    code = (
+        "from server.storage.embedding import OnnxMiniLmEmbedder\n"
+        "OnnxMiniLmEmbedder().embed_query('hello')\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env={**env, "PYTHONPATH": f"{root}:{root / 'generated' / 'python'}"},
+        check=True,
+        timeout=120,
+    )
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
