@@ -37,22 +37,22 @@ def current_identity() -> Identity:
 Behavior = Callable[[Any, grpc.ServicerContext], Any]
 
 
-class MemoriaInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """Authenticates Memoria calls and turns exceptions into statuses with details."""
+class UnaryWrappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Wraps the behaviour of every unary method it applies to, once per method.
 
-    def __init__(
-        self,
-        authenticator: Authenticator,
-        *,
-        on_store_unavailable: Callable[[], None] = lambda: None,
-    ):
-        """`on_store_unavailable` is called when a call fails with STORE_UNAVAILABLE (the
-        health monitor probes the stores at once rather than at its next tick)."""
-        self._auth = authenticator
-        self._on_store_unavailable = on_store_unavailable
-        # Wrapped handlers by method: gRPC asks for a handler on every call, and building one
-        # per call showed up in the render path's profile.
+    gRPC asks for a handler on every call, and building one per call showed up in the render
+    path's profile, so wrapped handlers are kept by method. Subclasses say which methods they
+    apply to and how they wrap one.
+    """
+
+    def __init__(self) -> None:
         self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def _applies(self, method: str) -> bool:
+        return True
+
+    def _wrap(self, behavior: Behavior, method: str) -> Behavior:
+        raise NotImplementedError
 
     def intercept_service(
         self,
@@ -64,7 +64,7 @@ class MemoriaInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         if wrapped is not None:
             return wrapped
         handler = continuation(handler_call_details)
-        if handler is None or not method.startswith(MEMORIA_PREFIX) or not handler.unary_unary:
+        if handler is None or not handler.unary_unary or not self._applies(method):
             return handler
         wrapped = grpc.unary_unary_rpc_method_handler(
             self._wrap(handler.unary_unary, method),
@@ -73,6 +73,25 @@ class MemoriaInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         )
         self._wrapped[method] = wrapped
         return wrapped
+
+
+class MemoriaInterceptor(UnaryWrappingInterceptor):
+    """Authenticates Memoria calls and turns exceptions into statuses with details."""
+
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        *,
+        on_store_unavailable: Callable[[], None] = lambda: None,
+    ):
+        """`on_store_unavailable` is called when a call fails with STORE_UNAVAILABLE (the
+        health monitor probes the stores at once rather than at its next tick)."""
+        super().__init__()
+        self._auth = authenticator
+        self._on_store_unavailable = on_store_unavailable
+
+    def _applies(self, method: str) -> bool:
+        return method.startswith(MEMORIA_PREFIX)
 
     def _wrap(self, behavior: Behavior, method: str) -> Behavior:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from time import perf_counter
 from typing import Any
 
@@ -34,7 +34,7 @@ from opentelemetry import metrics, propagate, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-Behavior = Callable[[Any, grpc.ServicerContext], Any]
+from server.rpc.interceptor import Behavior, UnaryWrappingInterceptor
 
 DURATION_BUCKETS_S = (
     0.0001,
@@ -70,7 +70,7 @@ SERVER_ERRORS = frozenset(
 (INVALID_ARGUMENT, ABORTED ...) is the caller's error and leaves the span status unset."""
 
 
-class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class TelemetryInterceptor(UnaryWrappingInterceptor):
     """A SERVER span and one `rpc.server.call.duration` measurement per unary call.
 
     Durations are queued on the call path and recorded into the SDK histogram by a
@@ -83,6 +83,7 @@ class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     DRAIN_INTERVAL_S = 1.0
 
     def __init__(self, tracer: trace.Tracer, meter: metrics.Meter) -> None:
+        super().__init__()
         self._tracer = tracer
         self._duration = meter.create_histogram(
             "rpc.server.call.duration",
@@ -103,8 +104,6 @@ class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         self._drainer.start()
         # The propagators' header names: most calls carry none, and then skip extraction.
         self._propagation_fields = frozenset(propagate.get_global_textmap().fields)
-        # Wrapped handlers by method, built once (gRPC asks for a handler on every call).
-        self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
 
     def stop(self) -> None:
         """Stop the background drain and record what is queued (before the meter shuts down)."""
@@ -129,27 +128,8 @@ class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         self._drain()
         return ()
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        method: str = handler_call_details.method
-        wrapped = self._wrapped.get(method)
-        if wrapped is not None:
-            return wrapped
-        handler = continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        wrapped = grpc.unary_unary_rpc_method_handler(
-            self._wrap(handler.unary_unary, method.lstrip("/")),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-        self._wrapped[method] = wrapped
-        return wrapped
-
-    def _wrap(self, behavior: Behavior, name: str) -> Behavior:
+    def _wrap(self, behavior: Behavior, method: str) -> Behavior:
+        name = method.lstrip("/")
         start_span = self._tracer.start_span
         queue = self._queue.append
         fields = self._propagation_fields
