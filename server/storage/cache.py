@@ -27,12 +27,57 @@ from server.storage.engine import CHANGE_CHANNEL, KEY_SEPARATOR
 log = logging.getLogger(__name__)
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class Races(Generic[K]):
+    """Tells a load (or a write) of a key whether the key was invalidated while it ran, so
+    that its result is cached only if it cannot be older than what the store now holds.
+
+    Per key: work on other keys never spoils a ticket, so concurrent writes of different
+    principals all keep their results (a single counter for the whole cache made almost every
+    write under load miss its cache entry). A key is tracked only while a run of it is
+    open. Not thread-safe: the owner calls it under its own lock.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[K, list[int]] = {}  # key -> [runs open, invalidations seen]
+
+    def start(self, key: K) -> int:
+        """A run of `key` begins; pass the ticket to `end`, always (also after a failure)."""
+        entry = self._open.get(key)
+        if entry is None:
+            entry = self._open[key] = [0, 0]
+        entry[0] += 1
+        return entry[1]
+
+    def end(self, key: K, ticket: int) -> bool:
+        """The run ends; True if `key` was not invalidated since its `start`."""
+        entry = self._open[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            del self._open[key]
+        return entry[1] == ticket
+
+    def spoil(self, key: K) -> None:
+        """`key` changed: no run of it open now may cache its result."""
+        entry = self._open.get(key)
+        if entry is not None:
+            entry[1] += 1
+
+    def spoil_all(self) -> None:
+        for entry in self._open.values():
+            entry[1] += 1
+
+
 class CachedMemoryStore:
     """`MemoryStore` that serves `read` from memory and forgets a principal when it changes.
 
     Every write names the principal it changes; that principal is invalidated once the write
-    has ended. A read that overlaps an invalidation is not cached (a generation counter), so a
-    slow read can never store a value older than a write it raced with. `fresh` reads bypass
+    has ended. A read that overlaps an invalidation of its principal is not cached (`Races`),
+    so a slow read can never store a value older than a write it raced with, while reads and
+    writes of other principals never stop each other from being cached. `fresh` reads bypass
     the cache (writes decide on them when it matters).
     """
 
@@ -52,7 +97,7 @@ class CachedMemoryStore:
             else TTLCache(max_entries, ttl_seconds)
         )
         self._lock = threading.Lock()
-        self._generation = 0
+        self._races: Races[tuple[str, str]] = Races()
         self._enabled = enabled
 
     @property
@@ -66,34 +111,35 @@ class CachedMemoryStore:
                 hit = self._cache.get(key)
                 if hit is not None:
                     return hit
-            generation = self._generation
-        value = self._inner.read(tenant_id, principal_id)
-        with self._lock:
-            if self._enabled and generation == self._generation:
-                self._cache[key] = value
-        return value
+            ticket = self._races.start(key)
+        value: PrincipalMemory | None = None
+        try:
+            value = self._inner.read(tenant_id, principal_id)
+            return value
+        finally:
+            with self._lock:
+                if self._races.end(key, ticket) and self._enabled and value is not None:
+                    self._cache[key] = value
 
     def apply(self, tenant_id: str, change: Change) -> bool:
         """Apply through the store; then remember the memory as the write left it (the next
         render, usually right after the model wrote, needs no database), or forget it."""
         key = (tenant_id, change.principal_id)
         with self._lock:
-            self._generation += 1
-            self._cache.pop(key, None)
-            generation = self._generation
+            self._forget(key)
+            ticket = self._races.start(key)
         applied = False
         try:
             applied = self._inner.apply(tenant_id, change)
         finally:
-            # Remember only if no other write to this process's cache came in between (an
-            # invalidation moved the generation on); after a failure, whether it committed may
-            # be unknown (a lost connection), so forget.
+            # Remember only if no other write of this principal reached this process's cache
+            # in between (it would have ended this ticket's run); after a failure, whether it
+            # committed may be unknown (a lost connection), so forget.
             with self._lock:
-                if applied and self._enabled and generation == self._generation:
+                if self._races.end(key, ticket) and applied and self._enabled:
                     self._cache[key] = change.after
                 else:
-                    self._generation += 1
-                    self._cache.pop(key, None)
+                    self._forget(key)
         return applied
 
     def list_audit(self, tenant_id: str, query: AuditQuery) -> list[AuditEvent]:
@@ -102,49 +148,51 @@ class CachedMemoryStore:
     def invalidate(self, tenant_id: str, principal_id: str) -> None:
         """Forget one principal (its memory changed)."""
         with self._lock:
-            self._generation += 1
-            self._cache.pop((tenant_id, principal_id), None)
+            self._forget((tenant_id, principal_id))
 
     def reset(self, *, enabled: bool) -> None:
         """Forget everything, and turn caching on or off (off while changes may be missed)."""
         with self._lock:
-            self._generation += 1
+            self._races.spoil_all()
             self._cache.clear()
             self._enabled = enabled
 
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
+    def _forget(self, key: tuple[str, str]) -> None:
+        self._races.spoil(key)
+        self._cache.pop(key, None)
 
 
 class ExactCache(Generic[K, V]):
     """A cache that is never stale, for data only this process writes (the embedded store).
 
-    The writer invalidates a key after its change commits; a load that overlaps any
-    invalidation is returned but not kept (a generation counter, as in CachedMemoryStore), so
+    The writer invalidates a key after its change commits; a load that overlaps an
+    invalidation of its key is returned but not kept (`Races`, as in CachedMemoryStore), so
     a slow load can never store a value older than a write it raced with.
     """
 
     def __init__(self, max_entries: int) -> None:
         self._entries: LRUCache[K, V] = LRUCache(max_entries)
         self._lock = threading.Lock()
-        self._generation = 0
+        self._races: Races[K] = Races()
 
     def get(self, key: K, load: Callable[[], V]) -> V:
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
                 return hit
-            generation = self._generation
-        value = load()
-        with self._lock:
-            if generation == self._generation:
-                self._entries[key] = value
-        return value
+            ticket = self._races.start(key)
+        value: V | None = None
+        try:
+            value = load()
+            return value
+        finally:
+            with self._lock:
+                if self._races.end(key, ticket) and value is not None:
+                    self._entries[key] = value
 
     def invalidate(self, key: K) -> None:
         with self._lock:
-            self._generation += 1
+            self._races.spoil(key)
             self._entries.pop(key, None)
 
 

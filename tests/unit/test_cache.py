@@ -199,3 +199,77 @@ def test_exact_cache_does_not_keep_a_load_that_raced_an_invalidation() -> None:
 
     assert cache.get("k", slow_load) == "stale"  # returned to its caller ...
     assert cache.get("k", lambda: "fresh") == "fresh"  # ... but never kept
+
+
+def test_a_write_racing_writes_of_other_principals_stays_cached(
+    inner: InMemoryMemoryStore,
+) -> None:
+    """Under load, writes of different principals overlap; each keeps its result cached."""
+    store = cached(inner)
+    write(store, "bob's", principal="bob")
+
+    class OverlappingInner(InMemoryMemoryStore):
+        """While ana's write is in the store, bob's write and a read of carl run and end."""
+
+        def apply(self, tenant_id: str, change: Change) -> bool:
+            store._inner = inner
+            write(store, "bob's again", principal="bob")
+            store.read("t", "carl")
+            return inner.apply(tenant_id, change)
+
+    store._inner = OverlappingInner()
+    assert write(store, "ana's")
+    before = inner.reads
+    assert text_of(store) == "ana's"
+    assert text_of(store, "bob") == "bob's again"
+    assert store.read("t", "carl").block is None
+    assert inner.reads == before  # all three served from memory
+
+
+def test_overlapping_writes_of_one_principal_are_not_cached(inner: InMemoryMemoryStore) -> None:
+    """Two writes of one principal overlap: which committed last is unknown, so neither is
+    kept, and the next read goes to the store."""
+    store = cached(inner)
+    write(store, "one")
+
+    class OverlappingInner(InMemoryMemoryStore):
+        def apply(self, tenant_id: str, change: Change) -> bool:
+            store._inner = inner
+            write(store, "two")  # begins after ours, ends first
+            return inner.apply(tenant_id, change)
+
+    store._inner = OverlappingInner()
+    write(store, "three")
+    before = inner.reads
+    text_of(store)
+    assert inner.reads == before + 1
+
+
+def test_a_failed_read_leaves_nothing_behind(inner: InMemoryMemoryStore) -> None:
+    store = cached(inner)
+    write(store, "one")
+    store.reset(enabled=True)
+
+    class FailingInner(InMemoryMemoryStore):
+        def read(
+            self, tenant_id: str, principal_id: str, *, fresh: bool = False
+        ) -> PrincipalMemory:
+            raise RuntimeError("lost connection")
+
+    store._inner = FailingInner()
+    with pytest.raises(RuntimeError):
+        store.read("t", "ana")
+    assert not store._races._open  # no run of ana is left open
+    store._inner = inner
+    assert text_of(store) == "one"
+
+
+def test_exact_cache_keeps_a_load_that_overlapped_another_key() -> None:
+    cache: ExactCache[str, str] = ExactCache(max_entries=10)
+
+    def load_while_other_key_changes() -> str:
+        cache.invalidate("other")
+        return "value"
+
+    assert cache.get("k", load_while_other_key_changes) == "value"
+    assert cache.get("k", lambda: "never loaded") == "value"
