@@ -48,6 +48,7 @@ import json
 import os
 import platform
 import random
+import resource
 import secrets
 import statistics
 import subprocess
@@ -83,7 +84,9 @@ from procs import (
     ServerProcess,
     find_ghz,
     machine_line,
+    parent_pid,
     percentile_ms,
+    process_tree_cpu_seconds,
     raise_on_sigterm,
 )
 
@@ -246,6 +249,7 @@ class Database:
     server_args: list[str]
     description: str
     owner_url: str  # to check the data afterwards, bypassing the server
+    postmaster_pid: int | None = None  # a local PostgreSQL's, to count its CPU per call
 
     def audit_events(self) -> tuple[int, set[str]]:
         """Audit events in the bench tenant (one per effective rewrite) and their principals."""
@@ -298,6 +302,7 @@ def postgres_database(population: Population) -> Iterator[Database]:
     try:
         with admin.connect() as conn:
             version = conn.execute(text("SHOW server_version")).scalar_one()
+            postmaster = parent_pid(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
         _drop_database(admin)  # left over from an interrupted run
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{DB_NAME}"'))
@@ -315,6 +320,7 @@ def postgres_database(population: Population) -> Iterator[Database]:
             f"PostgreSQL {version} on {make_url(app_url).host}:{make_url(app_url).port}, "
             f"database {DB_NAME} as {APP_ROLE} (RLS in force); seeded in {seeded_s:.1f}s",
             owner_db,
+            postmaster,
         )
     finally:
         try:
@@ -420,6 +426,8 @@ class RunResult:
     p99_ms: float
     ok: int
     server_cpu_us: float  # server CPU time per call, microseconds (all threads)
+    db_cpu_us: float | None  # the local PostgreSQL's (all its processes), None if not known
+    ghz_cpu_us: float  # the load generator's
     errors: dict[str, int] = field(default_factory=dict)  # status code -> count, non-OK only
 
     @property
@@ -456,7 +464,7 @@ def rpc_args(rpc: Rpc, concurrency: int, run_tag: str, offset: int) -> list[str]
 
 
 def to_result(
-    report: dict[str, Any], rpc: Rpc, concurrency: int, rnd: int, server_cpu_s: float
+    report: dict[str, Any], rpc: Rpc, concurrency: int, rnd: int, cpu: CpuSeconds
 ) -> RunResult:
     codes: dict[str, int] = report.get("statusCodeDistribution") or {}
     calls = max(int(report.get("count") or 0), 1)
@@ -468,9 +476,26 @@ def to_result(
         p50_ms=percentile_ms(report, 50),
         p99_ms=percentile_ms(report, 99),
         ok=codes.get("OK", 0),
-        server_cpu_us=server_cpu_s / calls * 1e6,
+        server_cpu_us=cpu.server / calls * 1e6,
+        db_cpu_us=None if cpu.database is None else cpu.database / calls * 1e6,
+        ghz_cpu_us=cpu.ghz / calls * 1e6,
         errors={code: n for code, n in codes.items() if code != "OK"},
     )
+
+
+@dataclass(frozen=True)
+class CpuSeconds:
+    """CPU time used during one run by the server, the database (if local) and ghz."""
+
+    server: float
+    database: float | None
+    ghz: float
+
+
+def children_cpu_seconds() -> float:
+    """CPU time of this driver's finished children (each ghz run, once it has exited)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 @dataclass
@@ -483,6 +508,7 @@ class Bench:
     concurrencies: list[int]
     duration_s: int
     deadline: float
+    postmaster_pid: int | None = None
     results: list[RunResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     rewrites_ok: int = 0  # every OK rewrite must have appended exactly one audit event
@@ -524,9 +550,18 @@ class Bench:
             "--duration-stop",
             "wait",
         ]
-        cpu_before = self.server.cpu_seconds()
+        before = self._cpu_seconds()
         report = run_ghz(self.ghz, self.server.port, args, self.duration_s + GHZ_EXTRA_TIMEOUT_S)
-        cpu = self.server.cpu_seconds() - cpu_before
+        after = self._cpu_seconds()
+        cpu = CpuSeconds(
+            server=after.server - before.server,
+            database=(
+                None
+                if after.database is None or before.database is None
+                else after.database - before.database
+            ),
+            ghz=after.ghz - before.ghz,
+        )
         result = to_result(report, rpc, concurrency, rnd, cpu)
         self.results.append(result)
         if rpc.writes:
@@ -541,11 +576,21 @@ class Bench:
         print(
             f"  round {rnd} c={concurrency:<3} {rpc.label:<8} rps={result.rps:8.1f} "
             f"p50={result.p50_ms:7.2f}ms p99={result.p99_ms:7.2f}ms "
-            f"server-cpu={result.server_cpu_us:5.0f}us/call errors={result.error_count}",
+            f"cpu us/call: server={result.server_cpu_us:.0f} db={_us(result.db_cpu_us)} "
+            f"ghz={result.ghz_cpu_us:.0f} errors={result.error_count}",
             file=sys.stderr,
             flush=True,
         )
         return result
+
+    def _cpu_seconds(self) -> CpuSeconds:
+        database = None
+        if self.postmaster_pid is not None:
+            try:
+                database = process_tree_cpu_seconds(self.postmaster_pid)
+            except OSError:
+                self.postmaster_pid = None  # not readable here: report n/a
+        return CpuSeconds(self.server.cpu_seconds(), database, children_cpu_seconds())
 
     def run(self, rounds: int) -> None:
         """Each round: each concurrency, every RPC in an order rotated by round and level."""
@@ -590,6 +635,8 @@ class Summary:
     p99_ms: float
     ratio: float | None  # median over rounds of (this rps / no-op rps in the same round)
     server_cpu_us: float
+    db_cpu_us: float | None
+    ghz_cpu_us: float
     runs: int
     errors: int
 
@@ -606,6 +653,12 @@ def summarize(results: Sequence[RunResult], label: str, concurrency: int) -> Sum
         p99_ms=statistics.median(r.p99_ms for r in runs),
         ratio=statistics.median(ratios) if ratios else None,
         server_cpu_us=statistics.median(r.server_cpu_us for r in runs),
+        db_cpu_us=(
+            statistics.median(r.db_cpu_us for r in runs if r.db_cpu_us is not None)
+            if all(r.db_cpu_us is not None for r in runs)
+            else None
+        ),
+        ghz_cpu_us=statistics.median(r.ghz_cpu_us for r in runs),
         runs=len(runs),
         errors=sum(r.error_count for r in runs),
     )
@@ -615,7 +668,7 @@ def print_report(bench: Bench) -> None:
     print()
     print(
         f"{'rpc':<8} {'in-flight':>9} {'rps':>9} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'x no-op':>8} {'cpu us':>7} {'runs':>5} {'errors':>6}"
+        f"{'x no-op':>8} {'cpu us':>7} {'db us':>6} {'ghz us':>6} {'runs':>5} {'errors':>6}"
     )
     summaries: dict[tuple[str, int], Summary] = {}
     for concurrency in bench.concurrencies:
@@ -627,7 +680,8 @@ def print_report(bench: Bench) -> None:
             ratio = f"{s.ratio:.2f}" if s.ratio is not None else "n/a"
             print(
                 f"{rpc.label:<8} {concurrency:>9} {s.rps:>9.1f} {s.p50_ms:>8.2f} "
-                f"{s.p99_ms:>8.2f} {ratio:>8} {s.server_cpu_us:>7.0f} {s.runs:>5} {s.errors:>6}"
+                f"{s.p99_ms:>8.2f} {ratio:>8} {s.server_cpu_us:>7.0f} {_us(s.db_cpu_us):>6} "
+                f"{s.ghz_cpu_us:>6.0f} {s.runs:>5} {s.errors:>6}"
             )
     print()
     print("Targets (requests/s as a ratio to the no-op at the same calls in flight):")
@@ -639,6 +693,10 @@ def print_report(bench: Bench) -> None:
                 continue
             verdict = "PASS" if s.ratio >= target else "FAIL"
             print(f"  in-flight {concurrency:>2}: {label} >= {target}: {verdict} (x{s.ratio:.2f})")
+
+
+def _us(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
 
 
 def ghz_version(ghz: str) -> str:
@@ -731,6 +789,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.concurrency,
                 args.duration,
                 deadline=started + args.time_budget,
+                postmaster_pid=database.postmaster_pid,
             )
             bench.warm_up()
             facts.append(f"server OS threads after warm-up: {server.os_threads()}")
@@ -767,7 +826,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "no-op = grpc.health.v1.Health/Check in the same server: the interceptor passes it "
         "through\n  without authentication, so the ratio includes the identity check.\n"
-        "cpu us = the server process's CPU time per call (all threads; not the database's)."
+        "cpu us = the server process's CPU time per call (all threads); db us = the local\n"
+        "  PostgreSQL's (all its processes; n/a for SQLite, inside the server); ghz us = ghz's."
     )
     if bench is not None:
         print_report(bench)

@@ -77,6 +77,41 @@ def machine_line() -> str:
     )
 
 
+def _proc_stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (field 3, the state, is index 0)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time process `pid` has used so far (all its threads)."""
+    fields = _proc_stat(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of `pid`, or None when this machine's /proc does not show it."""
+    try:
+        return int(_proc_stat(pid)[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_tree_cpu_seconds(root: int) -> float:
+    """CPU time used so far by `root` and its live children (e.g. a PostgreSQL postmaster
+    and its backends; a backend that has exited no longer counts)."""
+    total = process_cpu_seconds(root)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = _proc_stat(int(entry.name))
+            if int(fields[1]) == root:
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            continue  # exited meanwhile
+    return total
+
+
 def _server_command() -> list[str]:
     """`memoria` from the interpreter's environment (the venv running this script)."""
     script = Path(sys.executable).parent / "memoria"
@@ -163,8 +198,7 @@ class ServerProcess:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time the server process has used so far (all its threads)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.proc.pid)
 
     def os_threads(self) -> int:
         """The server process's OS threads now, -1 once it is gone."""
