@@ -112,16 +112,32 @@ class LineDiff:
 
 
 def diff_lines(old: str, new: str) -> LineDiff:
-    """Line diff of two sanitized blocks (difflib's longest matching subsequence)."""
+    """Line diff of two sanitized blocks (difflib's longest matching subsequence).
+
+    Lines the two blocks share at their start and end are kept as they are first, as diff
+    tools do: a rewrite usually changes a few lines, and difflib then only compares those (a
+    fraction of the work on the write path). A longest common subsequence can always keep a
+    shared first or last line; difflib's matching is a heuristic either way, so on rare inputs
+    the lines reported can differ from difflib's on the whole blocks, never their validity.
+    """
     old_lines, new_lines = lines_of(old), lines_of(new)
-    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+    start, old_end, new_end = 0, len(old_lines), len(new_lines)
+    while start < old_end and start < new_end and old_lines[start] == new_lines[start]:
+        start += 1
+    while old_end > start and new_end > start and old_lines[old_end - 1] == new_lines[new_end - 1]:
+        old_end -= 1
+        new_end -= 1
+    old_mid, new_mid = old_lines[start:old_end], new_lines[start:new_end]
+    if not old_mid or not new_mid:
+        return LineDiff(removed=tuple(old_mid), added=tuple(new_mid))
+    matcher = difflib.SequenceMatcher(a=old_mid, b=new_mid, autojunk=False)
     removed: list[str] = []
     added: list[str] = []
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op in ("replace", "delete"):
-            removed.extend(old_lines[i1:i2])
+            removed.extend(old_mid[i1:i2])
         if op in ("replace", "insert"):
-            added.extend(new_lines[j1:j2])
+            added.extend(new_mid[j1:j2])
     return LineDiff(removed=tuple(removed), added=tuple(added))
 
 

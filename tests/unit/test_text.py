@@ -75,6 +75,43 @@ def test_diff_keeps_duplicate_lines_distinct() -> None:
     assert diff.added == ()
 
 
+def _is_subsequence(part: tuple[str, ...], whole: list[str]) -> bool:
+    rest = iter(whole)
+    return all(line in rest for line in part)
+
+
+def _lcs(a: list[str], b: list[str]) -> int:
+    row = [0] * (len(b) + 1)
+    for x in a:
+        diagonal = 0
+        for j, y in enumerate(b, 1):
+            diagonal, row[j] = row[j], diagonal + 1 if x == y else max(row[j], row[j - 1])
+    return row[-1]
+
+
+_LINE_POOL = st.sampled_from(["a", "b", "c", "likes tea", "lives in Porto", "x"])
+
+
+@given(st.lists(_LINE_POOL, max_size=12), st.lists(_LINE_POOL, max_size=12))
+def test_diff_is_an_edit_between_the_blocks(old: list[str], new: list[str]) -> None:
+    """Removed lines come out of the old block and added lines out of the new one, in order,
+    and both keep as many lines, no more than they have in common."""
+    diff = diff_lines("\n".join(old), "\n".join(new))
+    assert _is_subsequence(diff.removed, old)
+    assert _is_subsequence(diff.added, new)
+    kept = len(old) - len(diff.removed)
+    assert kept == len(new) - len(diff.added)
+    assert kept <= _lcs(old, new)
+
+
+def test_diff_of_a_one_line_change_in_a_long_block() -> None:
+    old = "\n".join(f"fact {i}" for i in range(40))
+    new = old.replace("fact 17", "fact seventeen")
+    diff = diff_lines(old, new)
+    assert diff.removed == ("fact 17",)
+    assert diff.added == ("fact seventeen",)
+
+
 def test_truncate_line_cuts_code_points_and_marks_the_cut() -> None:
     assert truncate_line("a" * 200, 200) == "a" * 200
     cut = truncate_line("\U0001f600" * 300, 200)
