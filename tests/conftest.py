@@ -14,11 +14,12 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from server.domain.ports import MemoryStore
@@ -41,9 +42,8 @@ class PgDatabase:
     app_url: str
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PgDatabase]:
-    """A fresh PostgreSQL database for this session, migrated, with grants for the service."""
+def _pg_admin() -> tuple[Engine, str, str]:
+    """The admin engine and the two URLs of the test PostgreSQL, or fail/skip the test."""
     try:
         owner_url, app_url = pg_urls()
         admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
@@ -54,6 +54,13 @@ def postgres() -> Iterator[PgDatabase]:
         if REQUIRE_POSTGRES:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
+    return admin, owner_url, app_url
+
+
+@contextmanager
+def _fresh_database() -> Iterator[PgDatabase]:
+    """A new database, migrated by the owner with grants for the service; dropped after."""
+    admin, owner_url, app_url = _pg_admin()
     name = f"memoria_test_{uuid.uuid4().hex[:12]}"
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
@@ -69,6 +76,21 @@ def postgres() -> Iterator[PgDatabase]:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PgDatabase]:
+    """A fresh PostgreSQL database for this session, migrated, with grants for the service."""
+    with _fresh_database() as database:
+        yield database
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PgDatabase]:
+    """A database of this test's own, for tests that must know every server connected to it
+    (the session's database may have other tests' servers on it)."""
+    with _fresh_database() as database:
+        yield database
 
 
 @pytest.fixture

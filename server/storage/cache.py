@@ -197,7 +197,8 @@ class ExactCache(Generic[K, V]):
 
 
 LISTENER_APPLICATION_NAME = "memoria-listener"
-"""How the listener's connection shows in pg_stat_activity."""
+"""How the listener's connection shows in pg_stat_activity, followed by a space and its
+server's origin: migration 0007's registration counts the listeners by these names."""
 
 
 class Invalidations(Protocol):
@@ -212,9 +213,11 @@ class PostgresChangeListener:
     """A thread that LISTENs for committed memory changes of other replicas (notifications
     of `own_origin`, this server's store, are skipped: its cache already holds the result).
 
-    It turns the cache on only once it is listening, turns it off (and empties it) the moment
-    its connection fails, and reconnects with backoff. A liveness query every `check_seconds`
-    finds a connection that died silently.
+    It turns the cache on only once it is listening and registered (migration 0007: from
+    then on every other server's writes are announced to it, and while this server's is the
+    only listener, its own writes are not announced at all), turns it off (and empties it) the
+    moment its connection fails, and reconnects with backoff. A liveness query every
+    `check_seconds` finds a connection that died silently.
     """
 
     def __init__(
@@ -248,9 +251,12 @@ class PostgresChangeListener:
                     self._conninfo,
                     autocommit=True,
                     connect_timeout=5,
-                    application_name=LISTENER_APPLICATION_NAME,
+                    application_name=f"{LISTENER_APPLICATION_NAME} {self._own_origin}".strip(),
                 ) as conn:
                     conn.execute(f"LISTEN {CHANGE_CHANNEL}")
+                    # Waits for the writes in flight that may not have announced (none
+                    # listened but their own server); every later one sees this listener.
+                    conn.execute("SELECT memoria_register_listener()")
                     self._target.reset(enabled=True)
                     log.info("read cache on: listening for memory changes")
                     backoff = 0.2

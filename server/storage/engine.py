@@ -16,9 +16,10 @@ WRITE_OPTION = "memoria_write"
 """Connection execution option that marks a transaction which will write."""
 
 CHANGE_CHANNEL = "memoria_memory_changed"
-"""PostgreSQL NOTIFY channel announcing committed writes; the payload is origin (the writing
-server), tenant and principal joined by KEY_SEPARATOR. (Migration 0004's memoria_apply()
-names the channel too: migrations are frozen, not imported.)"""
+"""PostgreSQL NOTIFY channel announcing committed writes to the other servers' read caches;
+the payload is origin (the writing server), tenant and principal joined by KEY_SEPARATOR.
+(Migration 0007's memoria_announce() names the channel too: migrations are frozen, not
+imported.)"""
 KEY_SEPARATOR = "\x1f"
 
 STATEMENT_TIMEOUT_MS = 15_000

@@ -54,7 +54,6 @@ from server.domain.model import (
     Writer,
 )
 from server.storage.engine import (
-    CHANGE_CHANNEL,
     KEY_SEPARATOR,
     WRITE_OPTION,
     create_postgres_autocommit_engine,
@@ -103,8 +102,9 @@ class SqlMemoryStore:
     def __init__(self, engine: Engine, origin: str | None = None):
         self._engine = engine
         self._postgres = engine.dialect.name == "postgresql"
-        # Names this store's writes in their change notifications (storage/cache.py).
-        self.origin = origin if origin is not None else secrets.token_hex(8)
+        # Names this store's writes in their change notifications (storage/cache.py): 16 hex
+        # digits of a 62-bit number, the form migration 0007 recognises as a server's.
+        self.origin = origin if origin is not None else f"{secrets.randbits(62):016x}"
         # SQLite: one process owns the embedded database, so writers queue on this lock
         # instead of SQLite's busy handler, which sleeps and made write p99 spike.
         self._sqlite_writer = None if self._postgres else threading.Lock()
@@ -293,14 +293,15 @@ _REDACT_AUDIT_LINES = (
 # PostgreSQL: scope the transaction to one tenant for row-level security. `set_config(...,
 # true)` lasts until the transaction ends, so a pooled connection never carries a tenant into
 # the next one. A writer also takes an advisory lock on the principal (it exists even when the
-# principal has no row yet, unlike SELECT ... FOR UPDATE) and announces the principal on the
-# change channel; PostgreSQL delivers the NOTIFY only if the transaction commits, and other
-# replicas drop their cached copy (storage/cache.py). memoria_apply() does the same.
+# principal has no row yet, unlike SELECT ... FOR UPDATE) and announces the principal to the
+# other servers' read caches, if any listens (migration 0007's memoria_announce()); PostgreSQL
+# delivers the NOTIFY only if the transaction commits, and the others drop their cached copy
+# (storage/cache.py). memoria_apply() does the same.
 _SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
 _SET_TENANT_AND_LOCK = text(
     "SELECT set_config('app.tenant_id', :tenant, true), "
     "pg_advisory_xact_lock(hashtextextended(:key, 0)), "
-    f"pg_notify('{CHANGE_CHANNEL}', :payload)"
+    "memoria_announce(:origin, :key)"
 )
 _SET_TENANT_AND_LOCK_QUIETLY = text(
     "SELECT set_config('app.tenant_id', :tenant, true), "
@@ -358,9 +359,8 @@ class SqlMemoryTransaction:
         if not announce:
             self._conn.execute(_SET_TENANT_AND_LOCK_QUIETLY, {"tenant": self._tenant, "key": key})
             return
-        payload = f"{self._origin}{KEY_SEPARATOR}{key}"
         self._conn.execute(
-            _SET_TENANT_AND_LOCK, {"tenant": self._tenant, "key": key, "payload": payload}
+            _SET_TENANT_AND_LOCK, {"tenant": self._tenant, "key": key, "origin": self._origin}
         )
 
     def delete_settings(self, principal_id: str) -> None:

@@ -8,7 +8,9 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -19,7 +21,7 @@ from server.storage.cache import (
     CachedMemoryStore,
     PostgresChangeListener,
 )
-from server.storage.engine import create_store_engine
+from server.storage.engine import CHANGE_CHANNEL, create_store_engine
 from server.storage.sql import SqlMemoryStore
 from tests.conftest import PgDatabase
 
@@ -56,26 +58,55 @@ class Replica:
     listener: PostgresChangeListener
 
 
+def conninfo(database: PgDatabase) -> str:
+    return make_url(database.app_url).set(drivername="postgresql").render_as_string(False)
+
+
+def start_replica(database: PgDatabase, *, wait: bool = True) -> Replica:
+    """A server's store, read cache and listener; with `wait`, once its cache is on."""
+    store = SqlMemoryStore(create_store_engine(database.app_url, pool_size=2))
+    cache = Recorder(store)
+    listener = PostgresChangeListener(
+        conninfo(database), cache, own_origin=store.origin, check_seconds=0.2
+    )
+    listener.start()
+    if wait:
+        assert cache.reset_on.wait(WAIT), "listener did not start listening"
+    return Replica(store, cache, listener)
+
+
+def stop_replica(replica: Replica) -> None:
+    replica.listener.stop()
+    replica.store.dispose()
+
+
 @pytest.fixture
 def replicas(postgres: PgDatabase) -> Iterator[tuple[Replica, Replica]]:
-    conninfo = make_url(postgres.app_url).set(drivername="postgresql")
-    made: list[Replica] = []
-    for _ in range(2):
-        store = SqlMemoryStore(create_store_engine(postgres.app_url, pool_size=2))
-        cache = Recorder(store)
-        listener = PostgresChangeListener(
-            conninfo.render_as_string(hide_password=False),
-            cache,
-            own_origin=store.origin,
-            check_seconds=0.2,
-        )
-        listener.start()
-        assert cache.reset_on.wait(WAIT), "listener did not start listening"
-        made.append(Replica(store, cache, listener))
+    made = [start_replica(postgres), start_replica(postgres)]
     yield made[0], made[1]
     for replica in made:
-        replica.listener.stop()
-        replica.store.dispose()
+        stop_replica(replica)
+
+
+@pytest.fixture
+def watcher(private_postgres: PgDatabase) -> Iterator[psycopg.Connection[Any]]:
+    """A plain LISTEN on the change channel, not a registered server: it hears exactly the
+    notifications that writers send."""
+    with psycopg.connect(conninfo(private_postgres), autocommit=True) as conn:
+        conn.execute(f"LISTEN {CHANGE_CHANNEL}")
+        yield conn
+
+
+def listeners_value(database: PgDatabase) -> int:
+    """Migration 0007's record of who listens (0 nobody, n > 0 one origin, -1 several)."""
+    admin = create_engine(database.owner_url)
+    try:
+        with admin.connect() as conn:
+            return int(
+                conn.execute(text("SELECT last_value FROM memoria_cache_listeners")).scalar_one()
+            )
+    finally:
+        admin.dispose()
 
 
 def write(replica: Replica, tenant: str, text: str, principal: str = "ana") -> None:
@@ -140,7 +171,7 @@ def test_losing_the_listener_turns_the_cache_off_until_it_is_back(
                     "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                     "AND application_name = :name"
                 ),
-                {"name": LISTENER_APPLICATION_NAME},
+                {"name": f"{LISTENER_APPLICATION_NAME} {b.store.origin}"},
             )
             .scalars()
             .all()
@@ -154,3 +185,60 @@ def test_losing_the_listener_turns_the_cache_off_until_it_is_back(
     assert b.cache.reset_off.wait(WAIT), "the cache stayed on without a listener"
     assert b.cache.reset_on.wait(WAIT), "the listener did not come back"
     assert b.cache.enabled
+
+
+def test_a_lone_server_announces_nothing_until_another_listens(
+    private_postgres: PgDatabase, watcher: psycopg.Connection[Any], tenant: str
+) -> None:
+    a = start_replica(private_postgres)
+    b: Replica | None = None
+    # A writer without a listener of its own, as a `memoria worker` is.
+    worker = SqlMemoryStore(create_store_engine(private_postgres.app_url, pool_size=1))
+    try:
+        assert listeners_value(private_postgres) == int(a.store.origin, 16) + 1
+        write(a, tenant, "alone")
+        assert list(watcher.notifies(timeout=0.5)) == []  # nobody else to tell
+        assert a.cache.heard == []
+
+        b = start_replica(private_postgres)
+        assert listeners_value(private_postgres) == -1  # several
+        write(a, tenant, "b listens")
+        heard = [n.payload for n in watcher.notifies(timeout=WAIT, stop_after=1)]
+        assert heard == [f"{a.store.origin}\x1f{tenant}\x1fana"]
+        assert b.cache.read(tenant, "ana").block.text == "b listens"  # type: ignore[union-attr]
+
+        b.cache.invalidated.clear()
+        with worker.transaction(tenant, lock_principal="bob") as tx:
+            tx.put_block("bob", StoredBlock("by the worker", "e", NOW))
+        assert b.cache.invalidated.wait(WAIT)
+        assert (tenant, "bob") in b.cache.heard
+    finally:
+        worker.dispose()
+        stop_replica(a)
+        if b is not None:
+            stop_replica(b)
+
+
+def test_a_server_starts_listening_only_after_the_writes_in_flight(
+    private_postgres: PgDatabase, tenant: str
+) -> None:
+    """A write that decided not to announce (its server listened alone) holds the
+    registration back: the new listener's cache turns on only after that write committed,
+    so it can never cache the value the write replaced."""
+    a = start_replica(private_postgres)
+    b: Replica | None = None
+    try:
+        write(a, tenant, "before")
+        with a.store.transaction(tenant, lock_principal="ana") as tx:
+            tx.put_block("ana", StoredBlock("in flight", "e2", NOW))
+            b = start_replica(private_postgres, wait=False)
+            assert not b.cache.reset_on.wait(1.0), "registered while a write was in flight"
+        assert b.cache.reset_on.wait(WAIT)
+        assert b.cache.read(tenant, "ana").block.text == "in flight"  # type: ignore[union-attr]
+        write(a, tenant, "after")  # announced now: b listens
+        assert b.cache.invalidated.wait(WAIT)
+        assert b.cache.read(tenant, "ana").block.text == "after"  # type: ignore[union-attr]
+    finally:
+        stop_replica(a)
+        if b is not None:
+            stop_replica(b)
