@@ -4,6 +4,7 @@ database schema."""
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -197,6 +198,11 @@ def _serve(settings: Settings, port_file: Path | None, worker_index: int | None 
         for name in Settings.unknown_env(os.environ):
             log.warning("ignoring unknown environment variable %s", name)
     running = start(settings)
+    # Everything built so far (the embedding model, the stemmer, gRPC, SQLAlchemy) lives as
+    # long as the process: out of the collector's reach, a full collection scans only what
+    # calls allocate. Measured on the rewrite path: full collections took ~80 ms each, about
+    # 130,000 objects scanned every time (bench/README.md).
+    gc.freeze()
     log.info(
         "serving memoria on port %d (auth=%s, store=%s, pid %d)",
         running.port,
