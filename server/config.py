@@ -89,10 +89,13 @@ class Settings(BaseSettings):
     read_cache_ttl_seconds: float = Field(
         60, gt=0, le=3600, description="bound on staleness for rows changed outside Memoria"
     )
-    # 8: one Python process is bound by one core (the GIL); measured on 2 cores, 16 threads
-    # lost 10-20% of throughput to GIL hand-offs against 4 or 8 (bench/README.md), and 8
-    # still overlaps database round trips when the database is across a network.
-    threads: int = Field(8, ge=1, le=256, description="gRPC worker threads")
+    # 4: one Python process is bound by one core (the GIL), and every thread more that wants
+    # it adds hand-offs. Measured on 2 cores with PostgreSQL on the same machine
+    # (bench/README.md): 16 threads lost 10-20% of throughput against 8, and 4 served 12-14%
+    # more gets, renders and rewrites than 8 (2 lost 10% of rewrites: too few threads to
+    # overlap the database round trips). A thread waits out each round trip, so with the
+    # database across a network, raise it (deploy/kubernetes sets 8).
+    threads: int = Field(4, ge=1, le=256, description="gRPC worker threads")
     # N serving processes on one port (server/processes.py): one process uses one core.
     workers: int = Field(
         1, ge=1, le=64, description="serving processes on the port (PostgreSQL + Qdrant server)"
