@@ -634,6 +634,7 @@ class Summary:
     p50_ms: float
     p99_ms: float
     ratio: float | None  # median over rounds of (this rps / no-op rps in the same round)
+    round_ratios: list[float]  # each round's, in round order
     server_cpu_us: float
     db_cpu_us: float | None
     ghz_cpu_us: float
@@ -652,6 +653,7 @@ def summarize(results: Sequence[RunResult], label: str, concurrency: int) -> Sum
         p50_ms=statistics.median(r.p50_ms for r in runs),
         p99_ms=statistics.median(r.p99_ms for r in runs),
         ratio=statistics.median(ratios) if ratios else None,
+        round_ratios=ratios,
         server_cpu_us=statistics.median(r.server_cpu_us for r in runs),
         db_cpu_us=(
             statistics.median(r.db_cpu_us for r in runs if r.db_cpu_us is not None)
@@ -692,7 +694,11 @@ def print_report(bench: Bench) -> None:
                 print(f"  in-flight {concurrency:>2}: {label} >= {target}: not measured")
                 continue
             verdict = "PASS" if s.ratio >= target else "FAIL"
-            print(f"  in-flight {concurrency:>2}: {label} >= {target}: {verdict} (x{s.ratio:.2f})")
+            rounds = " ".join(f"{r:.2f}" for r in s.round_ratios)
+            print(
+                f"  in-flight {concurrency:>2}: {label} >= {target}: {verdict} (x{s.ratio:.2f}; "
+                f"per round {rounds})"
+            )
 
 
 def _us(value: float | None) -> str:
@@ -716,7 +722,7 @@ def ghz_version(ghz: str) -> str:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--duration", type=int, default=5, help="seconds of load per ghz run")
-    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
+    p.add_argument("--rounds", type=int, default=4, help="interleaved rounds")
     p.add_argument("--principals", type=int, default=3000, help="principals with a block")
     p.add_argument(
         "--empty-principals", type=int, default=300, help="principals with no block (reads only)"
