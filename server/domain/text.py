@@ -54,6 +54,8 @@ def _range(first: int, last: int) -> str:
 
 
 _INVISIBLE = _invisible_class()
+_ASCII_CONTROLS = bytes(c for c in range(128) if _INVISIBLE.fullmatch(chr(c)))
+"""What `_INVISIBLE` matches in ASCII: the controls other than newline and tab."""
 
 # A variation selector picks a glyph for the character before it, so one is all a character
 # can use; a run of them is invisible payload (data smuggled one byte per selector). Keep the
@@ -71,11 +73,15 @@ def sanitize(text: str) -> str:
     is NFC and has no leading or trailing whitespace. Idempotent.
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if text.isascii():
+        # The common case. ASCII has no format characters or selectors and is NFC already,
+        # so only its control characters go, which bytes.translate removes several times
+        # faster than the regex (this runs on every render and twice per rewrite).
+        return text.encode("ascii").translate(None, _ASCII_CONTROLS).decode("ascii").strip()
     text = _INVISIBLE.sub("", text)
-    if not text.isascii():  # ASCII is already NFC and has no selectors: the common case
-        if max(text) >= _FIRST_SELECTOR:
-            text = _SELECTOR_RUN.sub(r"\1", text)
-        text = unicodedata.normalize("NFC", text)
+    if max(text, default="") >= _FIRST_SELECTOR:
+        text = _SELECTOR_RUN.sub(r"\1", text)
+    text = unicodedata.normalize("NFC", text)
     return text.strip()
 
 

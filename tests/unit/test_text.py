@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import unicodedata2
 from hypothesis import given
 from hypothesis import strategies as st
 
+from server.domain import text as text_module
 from server.domain.memory import DEFAULT_CHAR_LIMIT
 from server.domain.text import char_count, diff_lines, lines_of, sanitize, truncate_line
 
@@ -73,6 +75,25 @@ def test_diff_keeps_duplicate_lines_distinct() -> None:
     diff = diff_lines("x\nx\ny", "x\ny")
     assert diff.removed == ("x",)
     assert diff.added == ()
+
+
+def _general_path(text: str) -> str:
+    """`sanitize` without its ASCII fast path: the regex, selector runs, NFC, strip."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = text_module._INVISIBLE.sub("", text)
+    text = text_module._SELECTOR_RUN.sub(r"\1", text)
+    text = unicodedata2.normalize("NFC", text)
+    return text.strip()
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127)))
+def test_the_ascii_fast_path_removes_what_the_general_path_does(text: str) -> None:
+    assert sanitize(text) == _general_path(text)
+
+
+@given(st.text())
+def test_sanitize_is_the_general_path_for_any_text(text: str) -> None:
+    assert sanitize(text) == _general_path(text)
 
 
 def _is_subsequence(part: tuple[str, ...], whole: list[str]) -> bool:
