@@ -54,7 +54,9 @@ FUNCTIONS = ("memoria_announce(text, text)", "memoria_register_listener()")
 
 
 def _apply_function(announce: str) -> str:
-    """0004's memoria_apply() with `announce` as its last step."""
+    """0004's memoria_apply() with `announce` as its last step. The body is restated, not
+    imported: a migration is a frozen record of what it did, so a later edit of 0004 (never
+    made) could not change what this one installs."""
     return f"""
         CREATE OR REPLACE FUNCTION memoria_apply(
             p_tenant text, p_principal text,
