@@ -112,13 +112,14 @@ class CachedMemoryStore:
                 if hit is not None:
                     return hit
             ticket = self._races.start(key)
-        value: PrincipalMemory | None = None
+        loaded = False
         try:
             value = self._inner.read(tenant_id, principal_id)
+            loaded = True
             return value
         finally:
             with self._lock:
-                if self._races.end(key, ticket) and self._enabled and value is not None:
+                if self._races.end(key, ticket) and self._enabled and loaded:
                     self._cache[key] = value
 
     def apply(self, tenant_id: str, change: Change) -> bool:
@@ -181,13 +182,14 @@ class ExactCache(Generic[K, V]):
             if hit is not None:
                 return hit
             ticket = self._races.start(key)
-        value: V | None = None
+        loaded = False
         try:
             value = load()
+            loaded = True
             return value
         finally:
             with self._lock:
-                if self._races.end(key, ticket) and value is not None:
+                if self._races.end(key, ticket) and loaded:
                     self._entries[key] = value
 
     def invalidate(self, key: K) -> None:
