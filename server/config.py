@@ -91,10 +91,11 @@ class Settings(BaseSettings):
     )
     # 4: one Python process is bound by one core (the GIL), and every thread more that wants
     # it adds hand-offs. Measured on 2 cores with PostgreSQL on the same machine
-    # (bench/README.md): 16 threads lost 10-20% of throughput against 8, and 4 served 12-14%
-    # more gets, renders and rewrites than 8 (2 lost 10% of rewrites: too few threads to
-    # overlap the database round trips). A thread waits out each round trip, so with the
-    # database across a network, raise it (deploy/kubernetes sets 8).
+    # (bench/README.md, bench/bench_ab.py): 16 threads lost 10-20% of throughput against 8;
+    # against 8, 4 served 7-14% more gets and renders and 0-12% more rewrites over four paired
+    # runs (2 lost 10% of rewrites: too few threads to overlap the database round trips). A
+    # thread waits out each round trip, so with the database across a network, raise it
+    # (deploy/kubernetes sets 8).
     threads: int = Field(4, ge=1, le=256, description="gRPC worker threads")
     # N serving processes on one port (server/processes.py): one process uses one core.
     workers: int = Field(
