@@ -4,9 +4,9 @@ Every committed write used to NOTIFY, and every server's change listener woke fo
 its own included, only to skip it. A NOTIFY is not free either: PostgreSQL serializes the
 commits of notifying transactions on one lock, and the listening backend sends each
 notification on. With one server (the common case, and every `memoria serve` on its own
-database) nobody needs them. Measured with bench/bench_blocks.py (bench/README.md): the
-rewrite paid about 8% of its throughput for the listener waking and about 35 us of database
-CPU per write for the NOTIFY.
+database) nobody needs them. Measured (bench/README.md): a server that did not listen served
+about 8% more rewrites (bench/bench_ab.py), and with 8 concurrent writers the NOTIFY cost
+about 30 us of database CPU per write.
 
 `memoria_cache_listeners` (a sequence, so a writer reads it without touching a table) holds
 who listens: 0 nobody, n > 0 exactly one server, whose origin id is n - 1, and -1 several or
@@ -46,10 +46,6 @@ SEQUENCE = "memoria_cache_listeners"
 LOCK = "1296387407, 1"  # 'MEMO', 1
 # In parentheses: a PL/pgSQL IF condition ends at the first THEN, a CASE's included.
 ORIGIN_ID = "(CASE WHEN {o} ~ '^[0-3][0-9a-f]{{15}}$' THEN ('x' || {o})::bit(64)::bigint END)"
-APPLY_SIGNATURE = (
-    "text, text, text, boolean, text, text, timestamptz, boolean, boolean, timestamptz, "
-    "text, text, timestamptz, json, json, integer, integer, integer, boolean, text"
-)
 FUNCTIONS = ("memoria_announce(text, text)", "memoria_register_listener()")
 
 
