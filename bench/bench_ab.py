@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +52,7 @@ from procs import (
     BudgetExceeded,
     Interrupted,
     ServerProcess,
+    failure_outcome,
     find_ghz,
     machine_line,
     raise_on_sigterm,
@@ -212,12 +214,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                             file=sys.stderr,
                             flush=True,
                         )
-        except BudgetExceeded as error:
-            outcome = f"time budget reached before {error}"
-        except (RuntimeError, TimeoutError) as error:
-            outcome = f"failed: {error}"
-        except (KeyboardInterrupt, Interrupted):
-            outcome = "interrupted"
+        except (
+            BudgetExceeded,
+            KeyboardInterrupt,
+            Interrupted,
+            RuntimeError,
+            subprocess.TimeoutExpired,
+        ) as error:
+            outcome = failure_outcome(error)
     print()
     print(machine_line())
     print(

@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import resource
 import secrets
@@ -82,12 +81,14 @@ from procs import (
     BudgetExceeded,
     Interrupted,
     ServerProcess,
+    failure_outcome,
     find_ghz,
     machine_line,
     parent_pid,
     percentile_ms,
     process_tree_cpu_seconds,
     raise_on_sigterm,
+    software_line,
 )
 
 from tests.postgres_server import pg_urls
@@ -706,12 +707,14 @@ def _us(value: float | None) -> str:
 
 
 def ghz_version(ghz: str) -> str:
-    """The pin bench/ghz.sh recorded (a `go install` build reports itself as "dev")."""
+    """The pin bench/ghz.sh recorded (a `go install` build reports itself as "dev"), one line."""
     stamp = Path(ghz).with_name(".ghz.version")
     if stamp.exists():
-        return stamp.read_text().strip()
-    out = subprocess.run([ghz, "--version"], capture_output=True, text=True, check=False)
-    return (out.stdout or out.stderr).strip() or "?"
+        text = stamp.read_text()
+    else:
+        out = subprocess.run([ghz, "--version"], capture_output=True, text=True, check=False)
+        text = out.stdout or out.stderr
+    return (text.strip().splitlines() or ["?"])[0]
 
 
 # --------------------------------------------------------------------------
@@ -802,19 +805,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench.run(args.rounds)
             if any(c.writes for c in calls):
                 facts.append(check_writes(database, bench, population))
-        except BudgetExceeded as error:
-            outcome = f"time budget reached before {error}"
-        except (RuntimeError, subprocess.TimeoutExpired) as error:
-            outcome = f"failed: {error}"
-        except (KeyboardInterrupt, Interrupted):
-            outcome = "interrupted"
+        except (
+            BudgetExceeded,
+            KeyboardInterrupt,
+            Interrupted,
+            RuntimeError,
+            subprocess.TimeoutExpired,
+        ) as error:
+            outcome = failure_outcome(error)
 
     print()
     print(machine_line())
-    print(
-        f"software: python {platform.python_version()}, grpcio {grpc.__version__}, "
-        f"ghz {ghz_version(ghz).splitlines()[0]}"
-    )
+    print(software_line(f"ghz {ghz_version(ghz)}"))
     print(
         f"server: memoria serve, sync gRPC with {settings.threads} worker threads, "
         f"db pool {settings.db_pool_size}, auth trusted-headers (loopback)"

@@ -75,7 +75,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import platform
 import random
 import shutil
 import sqlite3
@@ -144,8 +143,10 @@ from procs import (
     BudgetExceeded,
     Interrupted,
     ServerProcess,
+    failure_outcome,
     machine_line,
     raise_on_sigterm,
+    software_line,
 )
 from search_corpus import (
     CorpusGenerator,
@@ -1029,19 +1030,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 settings,
                 deadline,
             )
-        except BudgetExceeded as error:
-            outcome = f"time budget reached before {error}"
-        except (RuntimeError, subprocess.TimeoutExpired, grpc.RpcError) as error:
-            outcome = f"failed: {error}"
-        except (KeyboardInterrupt, Interrupted):
-            outcome = "interrupted"
+        except (
+            BudgetExceeded,
+            KeyboardInterrupt,
+            Interrupted,
+            RuntimeError,
+            subprocess.TimeoutExpired,
+            grpc.RpcError,
+        ) as error:
+            outcome = failure_outcome(error)
 
     print()
     print(machine_line())
     print(
-        f"software: python {platform.python_version()}, grpcio {grpc.__version__}, "
-        f"qdrant-edge-py {metadata.version('qdrant-edge-py')}, "
-        f"onnxruntime {metadata.version('onnxruntime')}"
+        software_line(
+            f"qdrant-edge-py {metadata.version('qdrant-edge-py')}",
+            f"onnxruntime {metadata.version('onnxruntime')}",
+        )
     )
     print(
         f"server: memoria serve --data-dir (SQLite + embedded Qdrant), {settings.threads} gRPC "

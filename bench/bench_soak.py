@@ -108,7 +108,6 @@ import bisect
 import itertools
 import math
 import os
-import platform
 import random
 import secrets
 import sqlite3
@@ -143,7 +142,16 @@ from server.storage.engine import sqlite_url
 # the repository root (for tests/) on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_blocks import seeded_block
-from procs import HOST, Interrupted, ServerProcess, machine_line, raise_on_sigterm
+from procs import (
+    HOST,
+    BudgetExceeded,
+    Interrupted,
+    ServerProcess,
+    failure_outcome,
+    machine_line,
+    raise_on_sigterm,
+    software_line,
+)
 from search_corpus import CorpusGenerator, Turn, describe
 
 SERVICE = "memoria.v1.ConversationSearchService"  # SERVING once both stores answer
@@ -1119,17 +1127,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                 erased, erase_problems = erase_all(client)
                 facts.append(f"cleanup: ErasePrincipalData for {erased} principals")
                 findings.problems += erase_problems[:5]
-        except (RuntimeError, grpc.RpcError, OSError, sqlite3.Error, SQLAlchemyError) as error:
-            outcome = f"failed: {error}"
-        except (KeyboardInterrupt, Interrupted):
-            outcome = "interrupted"
+        except (
+            BudgetExceeded,
+            KeyboardInterrupt,
+            Interrupted,
+            RuntimeError,
+            grpc.RpcError,
+            OSError,
+            sqlite3.Error,
+            SQLAlchemyError,
+        ) as error:
+            outcome = failure_outcome(error)
 
     print()
     print(machine_line())
     print(
-        f"software: python {platform.python_version()}, grpcio {grpc.__version__}; server "
-        f"defaults: {settings.threads} gRPC threads, {settings.index_worker_threads} index "
-        f"worker thread(s), embedding threads {settings.embedding_threads}"
+        f"{software_line()}; server defaults: {settings.threads} gRPC threads, "
+        f"{settings.index_worker_threads} index worker thread(s), "
+        f"embedding threads {settings.embedding_threads}"
     )
     print(
         f"load: open loop, {' '.join(f'{FULL_NAMES[r]} {plan.rates[r]:g}/s' for r in RPCS)} "

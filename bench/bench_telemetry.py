@@ -42,7 +42,6 @@ a missed target is reported, not an exit status.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import subprocess
 import sys
@@ -53,8 +52,6 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-
-import grpc
 
 # bench_blocks.py and procs.py sit beside this script; the repository root holds tests/, whose
 # stand-in collector the "on" server exports to.
@@ -75,10 +72,12 @@ from procs import (
     BudgetExceeded,
     Interrupted,
     ServerProcess,
+    failure_outcome,
     find_ghz,
     machine_line,
     percentile_ms,
     raise_on_sigterm,
+    software_line,
 )
 
 from tests.otlp_stub import GrpcCollectorStub
@@ -317,20 +316,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             bench.warm_up()
             bench.run(args.rounds)
-        except BudgetExceeded as error:
-            outcome = f"time budget reached before {error}"
-        except (RuntimeError, subprocess.TimeoutExpired) as error:
-            outcome = f"failed: {error}"
-        except (KeyboardInterrupt, Interrupted):
-            outcome = "interrupted"
+        except (
+            BudgetExceeded,
+            KeyboardInterrupt,
+            Interrupted,
+            RuntimeError,
+            subprocess.TimeoutExpired,
+        ) as error:
+            outcome = failure_outcome(error)
         # The servers stop (flushing their exporters) before the collector: counts are final.
 
     print()
     print(machine_line())
     print(
-        f"software: python {platform.python_version()}, grpcio {grpc.__version__}, "
-        f"opentelemetry-sdk {metadata.version('opentelemetry-sdk')}, "
-        f"ghz {ghz_version(ghz).splitlines()[0]}"
+        software_line(
+            f"opentelemetry-sdk {metadata.version('opentelemetry-sdk')}",
+            f"ghz {ghz_version(ghz)}",
+        )
     )
     for fact in facts:
         print(fact)

@@ -34,12 +34,9 @@ script starts is stopped before it exits, also on Ctrl-C, SIGTERM or an error.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
-import platform
 import random
 import resource
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,39 +46,41 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 import grpc
 
 # bench/ is on the path as this script's folder; the repository root holds tests/.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_blocks import (
-    HOST,
     SERVER_START_TIMEOUT_S,
+    SERVER_STOP_TIMEOUT_S,
+    SERVICE,
     Database,
     Population,
     Rpc,
-    ServerProcess,
     check_answers,
     ghz_version,
     postgres_database,
     rpcs,
     run_ghz,
 )
-from procs import find_ghz, percentile_ms
+from procs import (
+    HOST,
+    BudgetExceeded,
+    Interrupted,
+    ServerProcess,
+    failure_outcome,
+    find_ghz,
+    machine_line,
+    percentile_ms,
+    raise_on_sigterm,
+    software_line,
+)
 
 from tests.qdrant_standin import qdrant_standin
 
 GHZ_EXTRA_TIMEOUT_S = 30.0
 WARMUP_PASSES = 3  # render calls per principal before measuring: fills every process's cache
-
-
-class Interrupted(Exception):
-    """SIGTERM arrived: unwind like Ctrl-C so every `finally` stops what it started."""
-
-
-def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
-    raise Interrupted("SIGTERM")
 
 
 def process_tree_cpu(pid: int) -> dict[int, float]:
@@ -297,7 +296,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    raise_on_sigterm()
     ghz = find_ghz()
     started = time.monotonic()
     population = Population(args.principals, args.empty_principals)
@@ -317,8 +316,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 serverdir.mkdir()
                 flags = ["--qdrant-url", qdrant_url, "--workers", str(workers)]
                 process = ServerProcess(
-                    dataclasses.replace(database, server_args=[*database.server_args, *flags]),
+                    [*database.server_args, *flags],
                     serverdir,
+                    service=SERVICE,
+                    stop_timeout_s=SERVER_STOP_TIMEOUT_S,
+                    env={"MEMORIA_PAGE_TOKEN_SECRET": "bench-only-not-a-secret"},
                 )
                 stack.callback(process.stop)
                 process.wait_serving(SERVER_START_TIMEOUT_S * 2)
@@ -337,26 +339,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 shift = (rnd - 1) % len(order)
                 for rpc, server in order[shift:] + order[:shift]:
                     if time.monotonic() + args.duration + 5 > deadline:
-                        raise TimeoutError(f"time budget reached in round {rnd}")
+                        raise BudgetExceeded(f"round {rnd}")
                     tag += 1
                     runs.append(measure(ghz, server, rpc, args, rnd, tag))
-        except TimeoutError as error:
-            outcome = str(error)
-        except (RuntimeError, subprocess.TimeoutExpired, grpc.RpcError) as error:
-            outcome = f"failed: {error}"
-        except (KeyboardInterrupt, Interrupted):
-            outcome = "interrupted"
+        except (
+            BudgetExceeded,
+            KeyboardInterrupt,
+            Interrupted,
+            RuntimeError,
+            subprocess.TimeoutExpired,
+            grpc.RpcError,
+        ) as error:
+            outcome = failure_outcome(error)
 
-    load = os.getloadavg()
     print()
-    print(
-        f"machine: {os.cpu_count()} cpus ({len(os.sched_getaffinity(0))} usable), "
-        f"{platform.machine()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end"
-    )
-    print(
-        f"software: python {platform.python_version()}, grpcio {grpc.__version__}, "
-        f"ghz {ghz_version(ghz).splitlines()[0]}"
-    )
+    print(machine_line())
+    print(software_line(f"ghz {ghz_version(ghz)}"))
     for fact in facts:
         print(fact)
     print(

@@ -77,6 +77,25 @@ def machine_line() -> str:
     )
 
 
+def software_line(*more: str) -> str:
+    """The report's `software:` line: Python, grpcio, then `more` (e.g. "ghz v0.121.0")."""
+    import grpc
+
+    return ", ".join(
+        [f"software: python {platform.python_version()}", f"grpcio {grpc.__version__}", *more]
+    )
+
+
+def failure_outcome(error: BaseException) -> str:
+    """How a report names what ended a driver's measuring early: the time budget, Ctrl-C or
+    SIGTERM, or else a failure (a failed ghz run, an error the driver expects)."""
+    if isinstance(error, BudgetExceeded):
+        return f"time budget reached before {error}"
+    if isinstance(error, (KeyboardInterrupt, Interrupted)):
+        return "interrupted"
+    return f"failed: {error}"
+
+
 def _proc_stat(pid: int) -> list[str]:
     """/proc/PID/stat's fields after the command name (field 3, the state, is index 0)."""
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
