@@ -177,12 +177,12 @@ def seeded_block(rng: random.Random) -> str:
     return sanitize("\n".join(lines)[:1500])
 
 
-def rewrite_text(run_tag: str) -> str:
-    """The text each rewrite sends (a ghz template): unique per call, about 900 characters.
+def rewrite_text(run_tag: str, variant: int) -> str:
+    """One of the texts the rewrites of a ghz run send: about 900 characters.
 
     About the mean size of the seeded blocks, so that the blocks rewritten in one round leave
-    the reads of the next rounds at the same size. `run_tag` differs per ghz run, because ghz
-    numbers requests from 0 in every run and an identical rewrite would change nothing.
+    the reads of the next rounds at the same size. `run_tag` differs per ghz run, so a run's
+    first rewrite of a principal never repeats the text an earlier run left there.
     """
     fixed = [
         "likes tea",
@@ -198,7 +198,14 @@ def rewrite_text(run_tag: str) -> str:
         "Speaks Portuguese natively and English at work; answer in English by default.",
         "Asked to be reminded that the passport renewal is due every April.",
     ]
-    return "\n".join([f"fact {run_tag}-{{{{.RequestNumber}}}}", *fixed])
+    return "\n".join([f"fact {run_tag}-{variant}", *fixed])
+
+
+def rewrite_variants(principals: int) -> int:
+    """How many texts a run cycles through: ghz sends request n the text n mod this and the
+    principal n mod `principals`, so a principal's next rewrite in the run gets a different
+    text exactly when `principals` is not a multiple of it."""
+    return next(k for k in range(7, 7 + principals + 1) if principals % k)
 
 
 @dataclass(frozen=True)
@@ -391,9 +398,17 @@ class Rpc:
     writes: bool = False
 
     def data(self, run_tag: str) -> str:
+        """ghz's request data. A rewrite's is a JSON array, which ghz sends round-robin (request
+        n gets element n mod its length) and parses once per run. A template (e.g. the request
+        number inside the text) would be rendered and parsed again for every call: measured
+        at about 35 microseconds of ghz CPU per call, taken from the same 2 cores as the
+        server's, that the no-op's static "{}" does not pay."""
         if not self.writes:
             return "{}"
-        return json.dumps({"text": rewrite_text(run_tag), "writer": "WRITER_MODEL"})
+        texts = range(rewrite_variants(self.principals))
+        return json.dumps(
+            [{"text": rewrite_text(run_tag, i), "writer": "WRITER_MODEL"} for i in texts]
+        )
 
     def metadata(self, offset: int) -> str:
         # Consecutive requests go to consecutive principals, starting at a different one in
