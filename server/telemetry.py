@@ -6,7 +6,8 @@ What is recorded (DESIGN 6):
   (`server/rpc/telemetry.py`);
 - a span per SQL statement: SQLAlchemy's statements through the official SQLAlchemy
   instrumentation, and the hot paths' one-statement psycopg calls (`SqlMemoryStore.call`)
-  through the official psycopg instrumentation on each connection of their pool;
+  through the official psycopg instrumentation on each connection of their pool (which then
+  runs them through psycopg's cursor, not the prepared-statement path);
 - a span per chunk index call (Qdrant) and per embedding call, from wrappers put around the
   ports in the composition root, so no adapter knows about telemetry;
 - the outbox depth and the age of its oldest pending turn (observable gauges), chunks and
@@ -66,7 +67,7 @@ from server.domain.model import (
     TurnKey,
 )
 from server.domain.ports import ChunkIndex, Embedder, MemoryStore, TurnBatch, TurnStore
-from server.storage.sql import SqlMemoryStore
+from server.storage.sql import CURSOR_PATH, SqlMemoryStore
 from server.storage.turns import OutboxStats
 
 log = logging.getLogger(__name__)
@@ -186,8 +187,9 @@ class Telemetry:
             return
         provider = self.tracer_provider
 
-        def instrument(dbapi_connection: Any, _record: Any) -> None:
+        def instrument(dbapi_connection: Any, record: Any) -> None:
             PsycopgInstrumentor.instrument_connection(dbapi_connection, tracer_provider=provider)
+            record.info[CURSOR_PATH] = True  # the store's calls go through the traced cursor
 
         event.listen(autocommit, "connect", instrument)
 

@@ -14,15 +14,20 @@ BEGIN / set_config / ... / COMMIT round trips cost several times the work itself
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+import psycopg.adapt
+import psycopg.errors
+from psycopg.adapt import PyFormat
 from psycopg.types.json import Json
 from sqlalchemy import (
     Connection,
@@ -86,14 +91,15 @@ def as_utc(value: datetime) -> datetime:
 
 
 _READ_PRINCIPAL_PG = "SELECT * FROM memoria_read_principal(%s, %s)"
-_APPLY_PG = (
-    "SELECT memoria_apply(%(tenant)s, %(principal)s, %(expected_etag)s, %(expected_enabled)s,"
-    " %(block_text)s, %(block_etag)s, %(block_time)s, %(delete_block)s,"
-    " %(settings_enabled)s, %(settings_time)s,"
-    " %(action)s, %(writer)s, %(create_time)s, %(removed_lines)s, %(added_lines)s,"
-    " %(removed_line_count)s, %(added_line_count)s, %(char_count)s, %(memory_enabled)s,"
-    " %(origin)s)"
-)
+_APPLY_ARGS = (
+    "tenant", "principal", "expected_etag", "expected_enabled",
+    "block_text", "block_etag", "block_time", "delete_block",
+    "settings_enabled", "settings_time",
+    "action", "writer", "create_time", "removed_lines", "added_lines",
+    "removed_line_count", "added_line_count", "char_count", "memory_enabled",
+    "origin",
+)  # fmt: skip
+_APPLY_PG = f"SELECT memoria_apply({', '.join(['%s'] * len(_APPLY_ARGS))})"
 
 
 class SqlMemoryStore:
@@ -159,7 +165,7 @@ class SqlMemoryStore:
         """See `MemoryStore.apply`."""
         if self._autocommit is not None:
             params = {**_apply_params(tenant_id, change), "origin": self.origin}
-            return bool(self.call(_APPLY_PG, params)[0])
+            return bool(self.call(_APPLY_PG, [params[name] for name in _APPLY_ARGS])[0])
         with self.transaction(tenant_id, lock_principal=change.principal_id) as tx:
             memory = tx.load(change.principal_id)
             etag = memory.block.etag if memory.block is not None else ""
@@ -180,9 +186,21 @@ class SqlMemoryStore:
         with self.transaction(tenant_id) as tx:
             return tx.list_audit(query)
 
-    def call(self, sql: str, params: Any) -> tuple[Any, ...]:
-        """One autocommit statement on PostgreSQL, through psycopg directly; its one row.
-        For the hot paths' SQL functions, which scope their own transaction to the tenant."""
+    def call(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...]:
+        """One autocommit statement on PostgreSQL (`%s` for each of `params`); its one row.
+        For the hot paths' SQL functions, which scope their own transaction to the tenant.
+
+        It runs as a statement prepared on the connection (on its first use there), through
+        libpq's blocking PQexecPrepared, with psycopg's own adapters for the parameters and
+        the row. That call releases the GIL once for the whole round trip. psycopg's `execute`
+        drives libpq step by step instead, releasing the GIL and taking it back around each
+        step, 9 times per statement (counted with a probe on PyEval_SaveThread); with gRPC's
+        threads waiting for the GIL, every release hands it over, and those hand-offs cost
+        more of the server's CPU than the statement itself (bench/README.md).
+
+        A connection that telemetry instruments (its pool record's info has CURSOR_PATH)
+        runs the statement through psycopg's cursor, where the instrumentation sees it.
+        """
         assert self._autocommit is not None
         try:
             pooled = self._autocommit.raw_connection()
@@ -190,14 +208,18 @@ class SqlMemoryStore:
             raise store_unavailable(error) from error
         try:
             conn: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
-            row = conn.execute(sql, params).fetchone()
+            if pooled.info.get(CURSOR_PATH):
+                found = conn.execute(sql, params).fetchone()
+                assert found is not None  # the functions called here always return one row
+                row = tuple(found)
+            else:
+                row = _execute_prepared(conn, pooled.info, sql, params)
         except psycopg.OperationalError as error:
             pooled.invalidate(error)
             raise store_unavailable(error) from error
         finally:
             pooled.close()
-        assert row is not None  # the functions called here always return one row
-        return tuple(row)
+        return row
 
     @contextmanager
     def transaction(
@@ -222,6 +244,55 @@ class SqlMemoryStore:
                     yield tx
         except UNAVAILABLE_ERRORS as error:
             raise store_unavailable(error) from error
+
+
+CURSOR_PATH = "memoria_cursor_path"
+"""Key of a pooled connection's info dictionary: `SqlMemoryStore.call` runs its statements
+through psycopg's cursor on that connection (set by telemetry on the connections it
+instruments; SQLAlchemy empties the dictionary when the connection is replaced)."""
+
+
+@functools.cache
+def _prepared_statement(sql: str) -> tuple[bytes, bytes]:
+    """A name for `sql` and its text with `$1`, `$2`, ... in place of each `%s`."""
+    name = b"memoria_" + hashlib.blake2b(sql.encode(), digest_size=8).hexdigest().encode()
+    return name, (sql % tuple(f"${i}" for i in range(1, sql.count("%s") + 1))).encode()
+
+
+def _execute_prepared(
+    conn: psycopg.Connection[Any], prepared: dict[Any, Any], sql: str, params: Sequence[Any]
+) -> tuple[Any, ...]:
+    """Run `sql` as a statement prepared on `conn`, preparing it first if `prepared` (the
+    connection's pool info dictionary) does not name it yet; the first row."""
+    pgconn = conn.pgconn
+    name, text_ = _prepared_statement(sql)
+    if name not in prepared:
+        result = pgconn.prepare(name, text_)
+        if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+            raise _error(conn, result)
+        prepared[name] = True
+    tx = psycopg.adapt.Transformer(conn)
+    values = tx.dump_sequence(params, [PyFormat.TEXT] * len(params))
+    result = pgconn.exec_prepared(name, values, None, psycopg.pq.Format.TEXT)  # type: ignore[arg-type]
+    if result.status != psycopg.pq.ExecStatus.TUPLES_OK:
+        error = _error(conn, result)
+        if not isinstance(error, psycopg.OperationalError):
+            # Prepared afresh by the next call: a plan gone stale (a migration changed what
+            # a function returns) would otherwise fail on this connection for good.
+            del prepared[name]
+            pgconn.exec_(b"DEALLOCATE " + name)
+        raise error
+    tx.set_pgresult(result)
+    row: tuple[Any, ...] = tx.load_row(0, tuple)
+    return row
+
+
+def _error(conn: psycopg.Connection[Any], result: Any) -> psycopg.Error:
+    """The psycopg error for a failed statement's result, as psycopg's cursor would raise it;
+    OperationalError when the connection is gone."""
+    if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+        return psycopg.OperationalError("the connection to PostgreSQL was lost")
+    return psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
 
 
 def _select_one(engine: Engine) -> None:
