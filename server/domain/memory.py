@@ -10,7 +10,7 @@ memory is still what the write was decided on); deleted content is never kept.
 
 from __future__ import annotations
 
-import secrets
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -98,8 +98,12 @@ def render_header(count: int, limit: int) -> str:
 
 
 def new_etag() -> str:
-    """A fresh opaque etag. Random, so a block deleted and written again never reuses one."""
-    return secrets.token_hex(8)
+    """A fresh opaque etag: 64 random bits, so a block deleted and written again never reuses
+    one. An etag names a version and is no secret (only its principal ever sees it), so it
+    comes from `random`, which CPython reseeds in a forked child, not from `secrets`: that
+    reads the kernel on every call and releases the GIL around it, one more hand-off between
+    the server's threads on every write."""
+    return f"{random.getrandbits(64):016x}"
 
 
 class MemoryBlocks:

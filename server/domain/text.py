@@ -134,7 +134,9 @@ def diff_lines(old: str, new: str) -> LineDiff:
         old_end -= 1
         new_end -= 1
     old_mid, new_mid = old_lines[start:old_end], new_lines[start:new_end]
-    if not old_mid or not new_mid:
+    if not old_mid or not new_mid or len(old_mid) == len(new_mid) == 1:
+        # Nothing to match: one side is empty, or one line was replaced by another (lines
+        # left after setting the shared ones aside differ at both ends).
         return LineDiff(removed=tuple(old_mid), added=tuple(new_mid))
     matcher = difflib.SequenceMatcher(a=old_mid, b=new_mid, autojunk=False)
     removed: list[str] = []
