@@ -187,7 +187,8 @@ class SqlMemoryStore:
             return tx.list_audit(query)
 
     def call(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...]:
-        """One autocommit statement on PostgreSQL (`%s` for each of `params`); its one row.
+        """One autocommit statement on PostgreSQL (`%s` for each of `params`, `%%` for a literal
+        `%`, as psycopg takes them); its one row.
         For the hot paths' SQL functions, which scope their own transaction to the tenant.
 
         It runs as a statement prepared on the connection (on its first use there), through
