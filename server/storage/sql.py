@@ -283,6 +283,7 @@ def _execute_prepared(
             del prepared[name]
             pgconn.exec_(b"DEALLOCATE " + name)
         raise error
+    assert result.ntuples == 1  # the functions called here always return one row
     tx.set_pgresult(result)
     row: tuple[Any, ...] = tx.load_row(0, tuple)
     return row
