@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,8 +48,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_blocks as blocks
 from procs import (
+    RUN_ENDED,
     BudgetExceeded,
-    Interrupted,
     ServerProcess,
     failure_outcome,
     find_ghz,
@@ -214,13 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             file=sys.stderr,
                             flush=True,
                         )
-        except (
-            BudgetExceeded,
-            KeyboardInterrupt,
-            Interrupted,
-            RuntimeError,
-            subprocess.TimeoutExpired,
-        ) as error:
+        except RUN_ENDED as error:
             outcome = failure_outcome(error)
     print()
     print(machine_line())

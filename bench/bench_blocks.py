@@ -78,8 +78,8 @@ from server.storage.tables import memory_blocks
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from procs import (
     HOST,
+    RUN_ENDED,
     BudgetExceeded,
-    Interrupted,
     ServerProcess,
     failure_outcome,
     find_ghz,
@@ -820,13 +820,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench.run(args.rounds)
             if any(c.writes for c in calls):
                 facts.append(check_writes(database, bench, population))
-        except (
-            BudgetExceeded,
-            KeyboardInterrupt,
-            Interrupted,
-            RuntimeError,
-            subprocess.TimeoutExpired,
-        ) as error:
+        except RUN_ENDED as error:
             outcome = failure_outcome(error)
 
     print()

@@ -79,7 +79,6 @@ import random
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -140,8 +139,8 @@ from server.storage.tables import conversation_turns
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from procs import (
     HOST,
+    RUN_ENDED,
     BudgetExceeded,
-    Interrupted,
     ServerProcess,
     failure_outcome,
     machine_line,
@@ -1030,14 +1029,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 settings,
                 deadline,
             )
-        except (
-            BudgetExceeded,
-            KeyboardInterrupt,
-            Interrupted,
-            RuntimeError,
-            subprocess.TimeoutExpired,
-            grpc.RpcError,
-        ) as error:
+        except (*RUN_ENDED, grpc.RpcError) as error:
             outcome = failure_outcome(error)
 
     print()

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -69,8 +68,8 @@ from bench_blocks import (
 )
 from procs import (
     HOST,
+    RUN_ENDED,
     BudgetExceeded,
-    Interrupted,
     ServerProcess,
     failure_outcome,
     find_ghz,
@@ -316,13 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             bench.warm_up()
             bench.run(args.rounds)
-        except (
-            BudgetExceeded,
-            KeyboardInterrupt,
-            Interrupted,
-            RuntimeError,
-            subprocess.TimeoutExpired,
-        ) as error:
+        except RUN_ENDED as error:
             outcome = failure_outcome(error)
         # The servers stop (flushing their exporters) before the collector: counts are final.
 

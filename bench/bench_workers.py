@@ -38,7 +38,6 @@ import os
 import random
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,8 +65,8 @@ from bench_blocks import (
 )
 from procs import (
     HOST,
+    RUN_ENDED,
     BudgetExceeded,
-    Interrupted,
     ServerProcess,
     failure_outcome,
     find_ghz,
@@ -342,14 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         raise BudgetExceeded(f"round {rnd}")
                     tag += 1
                     runs.append(measure(ghz, server, rpc, args, rnd, tag))
-        except (
-            BudgetExceeded,
-            KeyboardInterrupt,
-            Interrupted,
-            RuntimeError,
-            subprocess.TimeoutExpired,
-            grpc.RpcError,
-        ) as error:
+        except (*RUN_ENDED, grpc.RpcError) as error:
             outcome = failure_outcome(error)
 
     print()

@@ -86,6 +86,16 @@ def software_line(*more: str) -> str:
     )
 
 
+RUN_ENDED: tuple[type[BaseException], ...] = (
+    BudgetExceeded,
+    KeyboardInterrupt,
+    Interrupted,
+    RuntimeError,
+    subprocess.TimeoutExpired,
+)
+"""What may end a driver's measuring early and still leave a report (`failure_outcome`)."""
+
+
 def failure_outcome(error: BaseException) -> str:
     """How a report names what ended a driver's measuring early: the time budget, Ctrl-C or
     SIGTERM, or else a failure (a failed ghz run, an error the driver expects)."""
