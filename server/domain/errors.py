@@ -27,6 +27,9 @@ class ErrorReason(enum.Enum):
     INTERNAL = enum.auto()
     WRITE_CONFLICT = enum.auto()
     CONVERSATION_DELETED = enum.auto()
+    MALFORMED_REQUEST = enum.auto()
+    SECRET_DETECTED = enum.auto()
+    STORAGE_FULL = enum.auto()
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,9 @@ STATUS_OF: Mapping[ErrorReason, grpc.StatusCode] = {
     ErrorReason.INTERNAL: grpc.StatusCode.INTERNAL,
     ErrorReason.WRITE_CONFLICT: grpc.StatusCode.ABORTED,
     ErrorReason.CONVERSATION_DELETED: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorReason.MALFORMED_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorReason.SECRET_DETECTED: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorReason.STORAGE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 

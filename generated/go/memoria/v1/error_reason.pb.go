@@ -77,6 +77,23 @@ const (
 	// Status FAILED_PRECONDITION. The conversation was deleted, so a turn for
 	// it is refused and can never bring it back. Use a new conversation id.
 	ErrorReason_ERROR_REASON_CONVERSATION_DELETED ErrorReason = 12
+	// Status INVALID_ARGUMENT. The request's bytes could not be decoded as the
+	// method's request message (invalid UTF-8 in a string field, a truncated
+	// varint, bytes that are not a protobuf message). Nothing was read or
+	// written; fix the client that encoded the request.
+	ErrorReason_ERROR_REASON_MALFORMED_REQUEST ErrorReason = 13
+	// Status INVALID_ARGUMENT. A rewrite contains a credential (an API key,
+	// a private key, a token, a password, a connection string with a password).
+	// Nothing was saved and the stored block is unchanged; a `google.rpc.BadRequest`
+	// detail names each line (`text[line N]`, counted from 1) and the kind of
+	// secret found, never the secret itself. ErrorInfo metadata `secret_types`
+	// lists the kinds, comma-separated. Remove the credential and write again.
+	ErrorReason_ERROR_REASON_SECRET_DETECTED ErrorReason = 14
+	// Status RESOURCE_EXHAUSTED. The server's disk is too full to accept a write
+	// safely (free space is below the configured watermark). Nothing was
+	// written; reads keep working. Retry with backoff: writes resume by
+	// themselves once space is freed.
+	ErrorReason_ERROR_REASON_STORAGE_FULL ErrorReason = 15
 )
 
 // Enum value maps for ErrorReason.
@@ -95,6 +112,9 @@ var (
 		10: "ERROR_REASON_INTERNAL",
 		11: "ERROR_REASON_WRITE_CONFLICT",
 		12: "ERROR_REASON_CONVERSATION_DELETED",
+		13: "ERROR_REASON_MALFORMED_REQUEST",
+		14: "ERROR_REASON_SECRET_DETECTED",
+		15: "ERROR_REASON_STORAGE_FULL",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":          0,
@@ -110,6 +130,9 @@ var (
 		"ERROR_REASON_INTERNAL":             10,
 		"ERROR_REASON_WRITE_CONFLICT":       11,
 		"ERROR_REASON_CONVERSATION_DELETED": 12,
+		"ERROR_REASON_MALFORMED_REQUEST":    13,
+		"ERROR_REASON_SECRET_DETECTED":      14,
+		"ERROR_REASON_STORAGE_FULL":         15,
 	}
 )
 
@@ -145,7 +168,7 @@ var File_memoria_v1_error_reason_proto protoreflect.FileDescriptor
 const file_memoria_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
 	"\x1dmemoria/v1/error_reason.proto\x12\n" +
-	"memoria.v1*\xc1\x03\n" +
+	"memoria.v1*\xa6\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x01\x12\"\n" +
@@ -160,7 +183,10 @@ const file_memoria_v1_error_reason_proto_rawDesc = "" +
 	"\x15ERROR_REASON_INTERNAL\x10\n" +
 	"\x12\x1f\n" +
 	"\x1bERROR_REASON_WRITE_CONFLICT\x10\v\x12%\n" +
-	"!ERROR_REASON_CONVERSATION_DELETED\x10\fB\x96\x01\n" +
+	"!ERROR_REASON_CONVERSATION_DELETED\x10\f\x12\"\n" +
+	"\x1eERROR_REASON_MALFORMED_REQUEST\x10\r\x12 \n" +
+	"\x1cERROR_REASON_SECRET_DETECTED\x10\x0e\x12\x1d\n" +
+	"\x19ERROR_REASON_STORAGE_FULL\x10\x0fB\x96\x01\n" +
 	"\x0ecom.memoria.v1B\x10ErrorReasonProtoP\x01Z)memoria/generated/go/memoria/v1;memoriav1\xa2\x02\x03MXX\xaa\x02\n" +
 	"Memoria.V1\xca\x02\n" +
 	"Memoria\\V1\xe2\x02\x16Memoria\\V1\\GPBMetadata\xea\x02\vMemoria::V1b\x06proto3"

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmemoria/v1/error_reason.proto\x12\nmemoria.v1*\xc1\x03\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12 \n\x1c\x45RROR_REASON_UNAUTHENTICATED\x10\x01\x12\"\n\x1e\x45RROR_REASON_PERMISSION_DENIED\x10\x02\x12!\n\x1d\x45RROR_REASON_INVALID_ARGUMENT\x10\x03\x12\x1c\n\x18\x45RROR_REASON_BLOCK_EMPTY\x10\x04\x12\x1f\n\x1b\x45RROR_REASON_BLOCK_TOO_LONG\x10\x05\x12\x1e\n\x1a\x45RROR_REASON_ETAG_MISMATCH\x10\x06\x12 \n\x1c\x45RROR_REASON_MEMORY_DISABLED\x10\x07\x12#\n\x1f\x45RROR_REASON_INVALID_PAGE_TOKEN\x10\x08\x12\"\n\x1e\x45RROR_REASON_STORE_UNAVAILABLE\x10\t\x12\x19\n\x15\x45RROR_REASON_INTERNAL\x10\n\x12\x1f\n\x1b\x45RROR_REASON_WRITE_CONFLICT\x10\x0b\x12%\n!ERROR_REASON_CONVERSATION_DELETED\x10\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmemoria/v1/error_reason.proto\x12\nmemoria.v1*\xa6\x04\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12 \n\x1c\x45RROR_REASON_UNAUTHENTICATED\x10\x01\x12\"\n\x1e\x45RROR_REASON_PERMISSION_DENIED\x10\x02\x12!\n\x1d\x45RROR_REASON_INVALID_ARGUMENT\x10\x03\x12\x1c\n\x18\x45RROR_REASON_BLOCK_EMPTY\x10\x04\x12\x1f\n\x1b\x45RROR_REASON_BLOCK_TOO_LONG\x10\x05\x12\x1e\n\x1a\x45RROR_REASON_ETAG_MISMATCH\x10\x06\x12 \n\x1c\x45RROR_REASON_MEMORY_DISABLED\x10\x07\x12#\n\x1f\x45RROR_REASON_INVALID_PAGE_TOKEN\x10\x08\x12\"\n\x1e\x45RROR_REASON_STORE_UNAVAILABLE\x10\t\x12\x19\n\x15\x45RROR_REASON_INTERNAL\x10\n\x12\x1f\n\x1b\x45RROR_REASON_WRITE_CONFLICT\x10\x0b\x12%\n!ERROR_REASON_CONVERSATION_DELETED\x10\x0c\x12\"\n\x1e\x45RROR_REASON_MALFORMED_REQUEST\x10\r\x12 \n\x1c\x45RROR_REASON_SECRET_DETECTED\x10\x0e\x12\x1d\n\x19\x45RROR_REASON_STORAGE_FULL\x10\x0f\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,5 +32,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memoria.v1.error_reason_pb2
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ERRORREASON']._serialized_start=46
-  _globals['_ERRORREASON']._serialized_end=495
+  _globals['_ERRORREASON']._serialized_end=596
 # @@protoc_insertion_point(module_scope)

@@ -80,6 +80,26 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """Status FAILED_PRECONDITION. The conversation was deleted, so a turn for
     it is refused and can never bring it back. Use a new conversation id.
     """
+    ERROR_REASON_MALFORMED_REQUEST: _ErrorReason.ValueType  # 13
+    """Status INVALID_ARGUMENT. The request's bytes could not be decoded as the
+    method's request message (invalid UTF-8 in a string field, a truncated
+    varint, bytes that are not a protobuf message). Nothing was read or
+    written; fix the client that encoded the request.
+    """
+    ERROR_REASON_SECRET_DETECTED: _ErrorReason.ValueType  # 14
+    """Status INVALID_ARGUMENT. A rewrite contains a credential (an API key,
+    a private key, a token, a password, a connection string with a password).
+    Nothing was saved and the stored block is unchanged; a `google.rpc.BadRequest`
+    detail names each line (`text[line N]`, counted from 1) and the kind of
+    secret found, never the secret itself. ErrorInfo metadata `secret_types`
+    lists the kinds, comma-separated. Remove the credential and write again.
+    """
+    ERROR_REASON_STORAGE_FULL: _ErrorReason.ValueType  # 15
+    """Status RESOURCE_EXHAUSTED. The server's disk is too full to accept a write
+    safely (free space is below the configured watermark). Nothing was
+    written; reads keep working. Retry with backoff: writes resume by
+    themselves once space is freed.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason names every reason Memoria puts in the `reason` field of the
@@ -148,5 +168,25 @@ saved; retry the write.
 ERROR_REASON_CONVERSATION_DELETED: ErrorReason.ValueType  # 12
 """Status FAILED_PRECONDITION. The conversation was deleted, so a turn for
 it is refused and can never bring it back. Use a new conversation id.
+"""
+ERROR_REASON_MALFORMED_REQUEST: ErrorReason.ValueType  # 13
+"""Status INVALID_ARGUMENT. The request's bytes could not be decoded as the
+method's request message (invalid UTF-8 in a string field, a truncated
+varint, bytes that are not a protobuf message). Nothing was read or
+written; fix the client that encoded the request.
+"""
+ERROR_REASON_SECRET_DETECTED: ErrorReason.ValueType  # 14
+"""Status INVALID_ARGUMENT. A rewrite contains a credential (an API key,
+a private key, a token, a password, a connection string with a password).
+Nothing was saved and the stored block is unchanged; a `google.rpc.BadRequest`
+detail names each line (`text[line N]`, counted from 1) and the kind of
+secret found, never the secret itself. ErrorInfo metadata `secret_types`
+lists the kinds, comma-separated. Remove the credential and write again.
+"""
+ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 15
+"""Status RESOURCE_EXHAUSTED. The server's disk is too full to accept a write
+safely (free space is below the configured watermark). Nothing was
+written; reads keep working. Retry with backoff: writes resume by
+themselves once space is freed.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -9,7 +9,7 @@ import { enumDesc, fileDesc } from "@bufbuild/protobuf/codegenv2";
  * Describes the file memoria/v1/error_reason.proto.
  */
 export const file_memoria_v1_error_reason: GenFile = /*@__PURE__*/
-  fileDesc("Ch1tZW1vcmlhL3YxL2Vycm9yX3JlYXNvbi5wcm90bxIKbWVtb3JpYS52MSrBAwoLRXJyb3JSZWFzb24SHAoYRVJST1JfUkVBU09OX1VOU1BFQ0lGSUVEEAASIAocRVJST1JfUkVBU09OX1VOQVVUSEVOVElDQVRFRBABEiIKHkVSUk9SX1JFQVNPTl9QRVJNSVNTSU9OX0RFTklFRBACEiEKHUVSUk9SX1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAMSHAoYRVJST1JfUkVBU09OX0JMT0NLX0VNUFRZEAQSHwobRVJST1JfUkVBU09OX0JMT0NLX1RPT19MT05HEAUSHgoaRVJST1JfUkVBU09OX0VUQUdfTUlTTUFUQ0gQBhIgChxFUlJPUl9SRUFTT05fTUVNT1JZX0RJU0FCTEVEEAcSIwofRVJST1JfUkVBU09OX0lOVkFMSURfUEFHRV9UT0tFThAIEiIKHkVSUk9SX1JFQVNPTl9TVE9SRV9VTkFWQUlMQUJMRRAJEhkKFUVSUk9SX1JFQVNPTl9JTlRFUk5BTBAKEh8KG0VSUk9SX1JFQVNPTl9XUklURV9DT05GTElDVBALEiUKIUVSUk9SX1JFQVNPTl9DT05WRVJTQVRJT05fREVMRVRFRBAMQpYBCg5jb20ubWVtb3JpYS52MUIQRXJyb3JSZWFzb25Qcm90b1ABWiltZW1vcmlhL2dlbmVyYXRlZC9nby9tZW1vcmlhL3YxO21lbW9yaWF2MaICA01YWKoCCk1lbW9yaWEuVjHKAgpNZW1vcmlhXFYx4gIWTWVtb3JpYVxWMVxHUEJNZXRhZGF0YeoCC01lbW9yaWE6OlYxYgZwcm90bzM");
+  fileDesc("Ch1tZW1vcmlhL3YxL2Vycm9yX3JlYXNvbi5wcm90bxIKbWVtb3JpYS52MSqmBAoLRXJyb3JSZWFzb24SHAoYRVJST1JfUkVBU09OX1VOU1BFQ0lGSUVEEAASIAocRVJST1JfUkVBU09OX1VOQVVUSEVOVElDQVRFRBABEiIKHkVSUk9SX1JFQVNPTl9QRVJNSVNTSU9OX0RFTklFRBACEiEKHUVSUk9SX1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAMSHAoYRVJST1JfUkVBU09OX0JMT0NLX0VNUFRZEAQSHwobRVJST1JfUkVBU09OX0JMT0NLX1RPT19MT05HEAUSHgoaRVJST1JfUkVBU09OX0VUQUdfTUlTTUFUQ0gQBhIgChxFUlJPUl9SRUFTT05fTUVNT1JZX0RJU0FCTEVEEAcSIwofRVJST1JfUkVBU09OX0lOVkFMSURfUEFHRV9UT0tFThAIEiIKHkVSUk9SX1JFQVNPTl9TVE9SRV9VTkFWQUlMQUJMRRAJEhkKFUVSUk9SX1JFQVNPTl9JTlRFUk5BTBAKEh8KG0VSUk9SX1JFQVNPTl9XUklURV9DT05GTElDVBALEiUKIUVSUk9SX1JFQVNPTl9DT05WRVJTQVRJT05fREVMRVRFRBAMEiIKHkVSUk9SX1JFQVNPTl9NQUxGT1JNRURfUkVRVUVTVBANEiAKHEVSUk9SX1JFQVNPTl9TRUNSRVRfREVURUNURUQQDhIdChlFUlJPUl9SRUFTT05fU1RPUkFHRV9GVUxMEA9ClgEKDmNvbS5tZW1vcmlhLnYxQhBFcnJvclJlYXNvblByb3RvUAFaKW1lbW9yaWEvZ2VuZXJhdGVkL2dvL21lbW9yaWEvdjE7bWVtb3JpYXYxogIDTVhYqgIKTWVtb3JpYS5WMcoCCk1lbW9yaWFcVjHiAhZNZW1vcmlhXFYxXEdQQk1ldGFkYXRh6gILTWVtb3JpYTo6VjFiBnByb3RvMw");
 
 /**
  * ErrorReason names every reason Memoria puts in the `reason` field of the
@@ -133,6 +133,38 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_CONVERSATION_DELETED = 12;
    */
   CONVERSATION_DELETED = 12,
+
+  /**
+   * Status INVALID_ARGUMENT. The request's bytes could not be decoded as the
+   * method's request message (invalid UTF-8 in a string field, a truncated
+   * varint, bytes that are not a protobuf message). Nothing was read or
+   * written; fix the client that encoded the request.
+   *
+   * @generated from enum value: ERROR_REASON_MALFORMED_REQUEST = 13;
+   */
+  MALFORMED_REQUEST = 13,
+
+  /**
+   * Status INVALID_ARGUMENT. A rewrite contains a credential (an API key,
+   * a private key, a token, a password, a connection string with a password).
+   * Nothing was saved and the stored block is unchanged; a `google.rpc.BadRequest`
+   * detail names each line (`text[line N]`, counted from 1) and the kind of
+   * secret found, never the secret itself. ErrorInfo metadata `secret_types`
+   * lists the kinds, comma-separated. Remove the credential and write again.
+   *
+   * @generated from enum value: ERROR_REASON_SECRET_DETECTED = 14;
+   */
+  SECRET_DETECTED = 14,
+
+  /**
+   * Status RESOURCE_EXHAUSTED. The server's disk is too full to accept a write
+   * safely (free space is below the configured watermark). Nothing was
+   * written; reads keep working. Retry with backoff: writes resume by
+   * themselves once space is freed.
+   *
+   * @generated from enum value: ERROR_REASON_STORAGE_FULL = 15;
+   */
+  STORAGE_FULL = 15,
 }
 
 /**
