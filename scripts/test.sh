@@ -16,6 +16,8 @@ echo "== PostgreSQL" >&2
 # Two steps, so that a failing start stops the run (eval "$(...)" would hide its status).
 pg_env=$(scripts/pg.sh start)
 eval "$pg_env"
+# Said last, whatever pytest's outcome: the server stays up so the next run starts at once.
+trap 'echo "== PostgreSQL (scripts/pg.sh) is left running for the next run; stop it with: make pg-stop (scripts/pg.sh stop)" >&2' EXIT
 export MEMORIA_TEST_PG_OWNER_URL MEMORIA_TEST_PG_APP_URL
 export MEMORIA_REQUIRE_POSTGRES=1
 

@@ -72,16 +72,30 @@ def main(argv: list[str] | None = None) -> None:
     from server.telemetry import configure_logging
 
     configure_logging(settings.log_level)
-    if args.command == "migrate":
-        _migrate(settings, args.app_role)
-    elif args.command == "worker":
-        _worker(settings)
-    elif args.command == "compact":
-        _compact(settings)
-    elif args.worker_index is None and settings.workers > 1:
-        _serve_workers(settings, args)
-    else:
-        _serve(settings, args.port_file, args.worker_index)
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        if args.command == "migrate":
+            _migrate(settings, args.app_role)
+        elif args.command == "worker":
+            _worker(settings)
+        elif args.command == "compact":
+            _compact(settings)
+        elif args.worker_index is None and settings.workers > 1:
+            _serve_workers(settings, args)
+        else:
+            _serve(settings, args.port_file, args.worker_index)
+    except OperationalError as error:
+        # A database that cannot be reached (or refuses the login) is a configuration problem
+        # to state in one line, not a traceback of the driver's internals.
+        sys.exit(f"memoria {args.command}: cannot use the database: {_first_line(error)}")
+
+
+def _first_line(error: Exception) -> str:
+    """The driver's own first line of an error (SQLAlchemy wraps it as `orig`)."""
+    cause = getattr(error, "orig", None) or error
+    lines = str(cause).strip().splitlines()
+    return lines[0] if lines else type(cause).__name__
 
 
 def _migrate(settings: Settings, app_role: str | None) -> None:
