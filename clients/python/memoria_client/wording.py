@@ -217,16 +217,13 @@ def search_failed(reason: str, detail: str) -> str:
 
 def why_matched(keyword_rank: int, semantic_rank: int) -> str:
     """Why a hit matched, from its keyword and semantic ranks (0 = not found by that side)."""
-    parts = []
+    if keyword_rank and semantic_rank:
+        return f"matched by keywords (rank {keyword_rank}) and meaning (rank {semantic_rank})"
     if keyword_rank:
-        parts.append(f"keywords (rank {keyword_rank})")
+        return f"matched by keywords only (rank {keyword_rank})"
     if semantic_rank:
-        parts.append(f"meaning (rank {semantic_rank})")
-    if not parts:
-        return "matched"
-    if len(parts) == 1:
-        return f"matched by {parts[0]} only"
-    return f"matched by {parts[0]} and {parts[1]}"
+        return f"matched by meaning only (rank {semantic_rank})"
+    return "matched"
 
 
 def hits_header(count: int, query: str) -> str:
