@@ -47,6 +47,7 @@ from server.rpc.servicers import (
 )
 from server.storage import migrate
 from server.storage.cache import CachedMemoryStore, PostgresChangeListener
+from server.storage.disk import FreeSpace, startup_refusal
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.sql import SqlMemoryStore
 from server.storage.turns import SqlTurnStore
@@ -66,6 +67,24 @@ SERVICE_NAMES = (
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def build_free_space(settings: Settings) -> FreeSpace | None:
+    """The data dir's free-space watermark, when an embedded store keeps its files there
+    (None on PostgreSQL with a Qdrant server). Exits in one line when the data dir is short
+    already: opening the stores writes (migrations, the engine's WAL), and a server that starts
+    only to refuse every write helps nobody."""
+    if not (settings.embedded or settings.embedded_chunks):
+        return None
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    space = FreeSpace(
+        settings.data_dir,
+        min_free_bytes=settings.disk_min_free_bytes,
+        min_free_percent=settings.disk_min_free_percent,
+    )
+    if (reason := startup_refusal(space)) is not None:
+        raise SystemExit(f"memoria serve: {reason}")
+    return space
 
 
 def build_engine(settings: Settings) -> Engine:
@@ -155,15 +174,42 @@ def build_chunk_index(settings: Settings, embedder: Embedder) -> ChunkIndex:
         return QdrantEdgeChunkIndex(
             settings.data_dir / "chunks", embedder.dimension, embedder.model_id
         )
-    from qdrant_client import QdrantClient
-
-    from server.storage.qdrant_server import QdrantServerChunkIndex
+    from server.domain.errors import MemoriaError
+    from server.storage.chunk_index import ChunkIndexError
+    from server.storage.qdrant_server import QdrantServerChunkIndex, server_client
 
     api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-    client = QdrantClient(url=settings.qdrant_url, api_key=api_key, prefer_grpc=True)
-    return QdrantServerChunkIndex(
-        client, settings.qdrant_collection, embedder.dimension, embedder.model_id
+    grpc_port = settings.effective_qdrant_grpc_port
+    where = f"the Qdrant server at {settings.qdrant_url} " + (
+        f"(gRPC port {grpc_port})" if settings.qdrant_prefer_grpc else "(REST only)"
     )
+    client = server_client(
+        settings.qdrant_url,
+        grpc_port=grpc_port,
+        prefer_grpc=settings.qdrant_prefer_grpc,
+        api_key=api_key,
+    )
+    # Unreachable or unusable at start is a configuration problem: one line and exit 1 (the
+    # same at every later open: `memoria worker`, each process of `--workers N`).
+    try:
+        return QdrantServerChunkIndex(
+            client, settings.qdrant_collection, embedder.dimension, embedder.model_id
+        )
+    except MemoriaError as error:  # STORE_UNAVAILABLE: the driver's error is its cause
+        client.close()
+        raise SystemExit(f"memoria: cannot reach {where}: {_cause_line(error)}") from None
+    except ChunkIndexError as error:
+        client.close()
+        raise SystemExit(f"memoria: cannot use {where}: {error}") from None
+
+
+def _cause_line(error: BaseException) -> str:
+    """The first line of what the driver said (gRPC details, or the HTTP transport error)."""
+    cause = error.__cause__ or error
+    details = getattr(cause, "details", None)
+    text = details() if callable(details) else str(cause)
+    lines = str(text).strip().splitlines()
+    return lines[0] if lines else type(cause).__name__
 
 
 @dataclass
@@ -269,8 +315,9 @@ def start(
     replace the ones the settings describe (the process keeps owning what it built);
     `telemetry` replaces the one the OTEL_* environment describes (server/telemetry.py)."""
     telemetry = telemetry or setup_telemetry()
+    space = build_free_space(settings)
     engine = build_engine(settings)
-    store = SqlMemoryStore(engine)
+    store = SqlMemoryStore(engine, space=space)
     telemetry.instrument_sql(store)
     reads, listener = build_read_cache(settings, store)
     blocks = MemoryBlocks(telemetry.memory_store(reads), utc_now, char_limit=settings.char_limit)
@@ -282,6 +329,7 @@ def start(
         parts.indexer,
         threads=settings.index_worker_threads,
         batch_size=settings.index_batch_size,
+        space=space,
     )
     search = ConversationSearch(
         parts.turns,
@@ -297,7 +345,11 @@ def start(
     health_servicer = health.HealthServicer()
     monitor = HealthMonitor(
         health_servicer,
-        store_dependencies(telemetry.untraced(store.check), parts.index.check),
+        store_dependencies(
+            telemetry.untraced(store.check),
+            parts.index.check,
+            space.check if space is not None else None,
+        ),
         SERVICE_NAMES,
     )
 

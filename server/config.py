@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -19,8 +20,12 @@ from server.domain.memory import DEFAULT_CHAR_LIMIT
 
 AuthMode = Literal["auto", "jwt", "trusted-headers"]
 
-_TOOLING_ENV_PREFIXES = ("MEMORIA_TEST_", "MEMORIA_PG_", "MEMORIA_REQUIRE_POSTGRES")
+_TOOLING_ENV_PREFIXES = ("MEMORIA_TEST_", "MEMORIA_PG_", "MEMORIA_REQUIRE_")
 """Variables of the test and benchmark tooling, not of the server."""
+
+QDRANT_REST_PORT = 6333
+QDRANT_GRPC_PORT = 6334
+"""Qdrant's standard ports, which a URL without a port means."""
 
 
 def listen_host(listen: str) -> str:
@@ -57,6 +62,15 @@ class Settings(BaseSettings):
     )
     qdrant_api_key: SecretStr | None = None
     qdrant_collection: str = Field("memoria_chunks", min_length=1, max_length=255)
+    # qdrant-client takes the gRPC port apart from the URL (the URL's port is the REST port).
+    # Unset, it follows Qdrant's own layout (REST 6333, gRPC 6334): the URL's port plus one,
+    # or 6334 when the URL names no port. Set it when a deployment maps the two otherwise.
+    qdrant_grpc_port: int | None = Field(
+        None, ge=1, le=65535, description="Qdrant gRPC port; unset: the URL's port + 1, or 6334"
+    )
+    qdrant_prefer_grpc: bool = Field(
+        True, description="false: REST only (the URL's port), e.g. behind an HTTP-only proxy"
+    )
     index_worker_threads: int = Field(
         1, ge=0, le=64, description="indexing threads in this process; 0: run `memoria worker`"
     )
@@ -105,6 +119,14 @@ class Settings(BaseSettings):
     max_receive_message_bytes: int = Field(1 << 20, ge=16 << 10)
     max_send_message_bytes: int = Field(16 << 20, ge=1 << 20)
     shutdown_grace_seconds: float = Field(10, ge=0, le=300)
+    # The embedded stores' free-space watermark (server/storage/disk.py): below the larger of
+    # the two, writes that add data are refused with STORAGE_FULL and a start is refused.
+    disk_min_free_bytes: int = Field(
+        256 << 20, ge=0, description="embedded: refuse writes below this many free bytes"
+    )
+    disk_min_free_percent: float = Field(
+        5.0, ge=0, le=50, description="embedded: ... or below this share of the filesystem"
+    )
     log_level: str = "INFO"
 
     @model_validator(mode="after")
@@ -116,6 +138,16 @@ class Settings(BaseSettings):
                 "jwt authentication needs MEMORIA_JWT_HS256_SECRET, MEMORIA_JWT_PUBLIC_KEY_FILE "
                 "or MEMORIA_JWT_JWKS_FILE (trusted-headers is the default only on loopback)"
             )
+        if self.qdrant_url is not None:
+            try:
+                parts = urlsplit(self.qdrant_url)
+                parts.port  # noqa: B018 -- raises ValueError on a port out of range
+            except ValueError as error:
+                raise ValueError(f"qdrant_url is not a URL: {error}") from None
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(
+                    "qdrant_url must be http(s)://HOST[:PORT], e.g. http://qdrant:6333"
+                )
         keys = [self.jwt_hs256_secret, self.jwt_public_key_file, self.jwt_jwks_file]
         if sum(k is not None for k in keys) > 1:
             raise ValueError("configure exactly one JWT key source")
@@ -145,6 +177,23 @@ class Settings(BaseSettings):
         """The embedded Qdrant engine under the data dir (one process owns it)."""
         return self.qdrant_url is None
 
+    @property
+    def qdrant_rest_port(self) -> int:
+        """The REST port of the Qdrant URL: its own port, else the scheme's Qdrant default."""
+        if self.qdrant_url is None:
+            raise ValueError("no Qdrant server is configured")
+        port = urlsplit(self.qdrant_url).port
+        return port if port is not None else QDRANT_REST_PORT
+
+    @property
+    def effective_qdrant_grpc_port(self) -> int:
+        """The gRPC port Memoria connects to (only used with qdrant_prefer_grpc)."""
+        if self.qdrant_grpc_port is not None:
+            return self.qdrant_grpc_port
+        if self.qdrant_url is not None and urlsplit(self.qdrant_url).port is None:
+            return QDRANT_GRPC_PORT
+        return self.qdrant_rest_port + 1
+
     @classmethod
     def unknown_env(cls, environ: Mapping[str, str]) -> list[str]:
         """MEMORIA_* variables that configure nothing (a typo would otherwise pass silently)."""
@@ -161,4 +210,8 @@ class Settings(BaseSettings):
         """The settings as JSON with secrets masked, for the start-up log."""
         values = self.model_dump(mode="json")
         values["effective_auth"] = self.effective_auth
+        if self.qdrant_url is not None:
+            values["effective_qdrant_grpc_port"] = (
+                self.effective_qdrant_grpc_port if self.qdrant_prefer_grpc else None
+            )
         return json.dumps(values, sort_keys=True)

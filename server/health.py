@@ -10,7 +10,10 @@ the status of the services that store serves:
 - the chunk index (the embedded Qdrant engine or a Qdrant server) serves only
   ConversationSearchService, so an index outage leaves the memory block and the audit log
   SERVING;
-- the overall entry "" is SERVING only while every store answers;
+- the embedded stores' data dir (server/storage/disk.py) below its free-space watermark turns
+  only the overall entry NOT_SERVING: reads and deletes keep working on every service, only
+  writes that add data are refused (STORAGE_FULL);
+- the overall entry "" is SERVING only while every store answers (and the data dir has room);
 - the health service's own name (`grpc.health.v1.Health`) is SERVING from start to shutdown
   whatever the stores do: it is what liveness probes ask about, since a store outage must not
   restart the process (deploy/README.md, "Probes").
@@ -92,6 +95,10 @@ class Dependency:
     name: str
     check: Callable[[], None]
     services: frozenset[str]
+    down_as: str = "unreachable"
+    """How the log names a failed probe ("sql store unreachable (...)")."""
+    up_as: str = "reachable again"
+    """How the log names the first passing probe after failures."""
 
 
 class _Probe:
@@ -219,15 +226,16 @@ class HealthMonitor:
                 if failure is not None and dependency.name not in self._down:
                     self._down[dependency.name] = now
                     log.warning(
-                        "health: %s unreachable (%s); NOT_SERVING: overall, %s",
+                        "health: %s %s (%s); NOT_SERVING: %s",
                         dependency.name,
+                        dependency.down_as,
                         failure,
-                        ", ".join(sorted(dependency.services)),
+                        ", ".join(("overall", *sorted(dependency.services))),
                     )
                 elif failure is None and dependency.name in self._down:
                     since = self._down.pop(dependency.name)
                     log.info(
-                        "health: %s reachable again after %.1f s", dependency.name, now - since
+                        "health: %s %s after %.1f s", dependency.name, dependency.up_as, now - since
                     )
             affected = {
                 service
@@ -259,11 +267,25 @@ class HealthMonitor:
 
 
 def store_dependencies(
-    sql_check: Callable[[], None], index_check: Callable[[], None]
+    sql_check: Callable[[], None],
+    index_check: Callable[[], None],
+    disk_check: Callable[[], None] | None = None,
 ) -> list[Dependency]:
     """Which store serves which service: the SQL store all three (every one of them reads or
     writes it, search included: the turn queue and tombstones live there), the chunk index
-    only search."""
+    only search.
+
+    With `disk_check` (the embedded stores' free-space watermark, server/storage/disk.py), a
+    data dir short of space turns only the overall entry "" NOT_SERVING: reads keep working on
+    every service (and deletes), only writes that add data are refused with STORAGE_FULL, so
+    taking the replica out of a readiness rotation would cost more than it saves. "" says
+    the server is not wholly serving, and the log says why, once per transition.
+    """
+    disk = (
+        [Dependency("data dir", disk_check, frozenset(), "short of space", "has space again")]
+        if disk_check is not None
+        else []
+    )
     return [
         Dependency(
             "sql store",
@@ -271,4 +293,5 @@ def store_dependencies(
             frozenset({MEMORY_BLOCK_SERVICE, AUDIT_SERVICE, SEARCH_SERVICE}),
         ),
         Dependency("chunk index", index_check, frozenset({SEARCH_SERVICE})),
+        *disk,
     ]

@@ -13,6 +13,7 @@ import threading
 
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.search import Indexer
+from server.storage.disk import FreeSpace
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,13 @@ class IndexWorker:
         batch_size: int = 16,
         poll_seconds: float = 1.0,
         error_pause_seconds: float = 2.0,
+        space: FreeSpace | None = None,
     ) -> None:
+        """`space`: the embedded data dir's free-space watermark; while it is short, the worker
+        claims no turns (it would write the chunk index's memory-mapped files, and each turn
+        would use up a retry) but still purges deleted conversations, which frees space."""
         self._indexer = indexer
+        self._space = space
         self._threads = [
             threading.Thread(target=self._run, name=f"index-worker-{i}", daemon=True)
             for i in range(threads)
@@ -56,11 +62,16 @@ class IndexWorker:
             if thread.is_alive():
                 thread.join(timeout)
 
+    def _short_of_space(self) -> bool:
+        """The data dir is below its watermark (logged by health, once per transition)."""
+        return self._space is not None and self._space.reading().short
+
     def _run(self) -> None:
         failing = False
         while not self._stop.is_set():
             try:
-                busy = self._indexer.run_once(self._batch_size)
+                short = self._short_of_space()
+                busy = 0 if short else self._indexer.run_once(self._batch_size)
                 busy += self._indexer.purge_once(self._batch_size)
             except Exception as error:  # a store is down: keep the worker alive, retry soon
                 if not failing:  # once per outage, not every pause (health reports it too)

@@ -18,6 +18,7 @@ import functools
 import hashlib
 import logging
 import secrets
+import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -58,6 +59,7 @@ from server.domain.model import (
     StoredSettings,
     Writer,
 )
+from server.storage.disk import FreeSpace
 from server.storage.engine import (
     KEY_SEPARATOR,
     WRITE_OPTION,
@@ -76,6 +78,16 @@ UNAVAILABLE_ERRORS = (
 
 
 def store_unavailable(error: Exception) -> MemoriaError:
+    """The error a caller gets for a store failure: STORAGE_FULL when the database's disk is
+    full (PostgreSQL SQLSTATE 53100 "could not extend file", SQLite's SQLITE_FULL), else
+    STORE_UNAVAILABLE. Either way nothing was committed and the caller may retry."""
+    if _disk_full(error):
+        log.warning("store refused a write: its disk is full (%s)", type(error).__name__)
+        return MemoriaError(
+            ErrorReason.STORAGE_FULL,
+            "the database's disk is full; nothing was written, reads keep working; retry "
+            "with backoff",
+        )
     # Connection refused or lost, server shutting down, pool exhausted, lock timeout: nothing
     # was committed, and the caller may retry.
     log.warning("store unavailable: %s", type(error).__name__)
@@ -83,6 +95,14 @@ def store_unavailable(error: Exception) -> MemoriaError:
         ErrorReason.STORE_UNAVAILABLE,
         "the memory store is unavailable; nothing was changed, retry with backoff",
     )
+
+
+def _disk_full(error: BaseException) -> bool:
+    """The driver's error (unwrapped from SQLAlchemy's) says the database's disk is full."""
+    cause = getattr(error, "orig", None) or error
+    if isinstance(cause, psycopg.errors.DiskFull):
+        return True
+    return isinstance(cause, sqlite3.Error) and cause.sqlite_errorcode == sqlite3.SQLITE_FULL
 
 
 def as_utc(value: datetime) -> datetime:
@@ -105,8 +125,14 @@ _APPLY_PG = f"SELECT memoria_apply({', '.join(['%s'] * len(_APPLY_ARGS))})"
 class SqlMemoryStore:
     """`MemoryStore` over a SQLAlchemy engine (SQLite or PostgreSQL)."""
 
-    def __init__(self, engine: Engine, origin: str | None = None):
+    def __init__(
+        self, engine: Engine, origin: str | None = None, *, space: FreeSpace | None = None
+    ):
+        """`space`: the embedded data dir's free-space watermark (server/storage/disk.py);
+        while it is short, `apply` refuses a change that writes a block or settings and
+        `SqlTurnStore` refuses to accept turns, with STORAGE_FULL."""
         self._engine = engine
+        self.space = space
         self._postgres = engine.dialect.name == "postgresql"
         # Names this store's writes in their change notifications (storage/cache.py): 16 hex
         # digits of a 62-bit number, the form migration 0007 recognises as a server's.
@@ -163,6 +189,8 @@ class SqlMemoryStore:
 
     def apply(self, tenant_id: str, change: Change) -> bool:
         """See `MemoryStore.apply`."""
+        if self.space is not None and (change.block is not None or change.settings is not None):
+            self.space.ensure_room()  # deleting a block alone frees space: it passes
         if self._autocommit is not None:
             params = {**_apply_params(tenant_id, change), "origin": self.origin}
             return bool(self.call(_APPLY_PG, [params[name] for name in _APPLY_ARGS])[0])

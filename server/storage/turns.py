@@ -123,7 +123,9 @@ class SqlTurnStore:
         )
 
     def accept_turn(self, turn: NewTurn) -> AcceptOutcome:
-        """See `TurnStore.accept_turn`."""
+        """See `TurnStore.accept_turn`; STORAGE_FULL while the data dir is short of space."""
+        if self._memory.space is not None:
+            self._memory.space.ensure_room()
         key = turn.key
         with self._memory.transaction(
             key.tenant_id, lock_principal=key.principal_id, announce=False

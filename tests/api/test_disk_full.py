@@ -1,0 +1,242 @@
+"""A full disk is survived (issue 16, item 2): the real `memoria serve` on a small filesystem.
+
+The data dir is a 64 MiB tmpfs mounted for the test (root needed; CI runs as root, and a run
+without it fails with a clear message rather than skipping). The server runs with a 16 MiB
+watermark. A file then fills the filesystem to below the watermark: writes that add data are
+refused with STORAGE_FULL (RESOURCE_EXHAUSTED), reads and search keep working, health's
+overall entry turns NOT_SERVING while each service stays SERVING, the process stays up; the
+file removed, everything resumes by itself. A restart while the disk is short refuses in one
+line, without a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from memoria.v1 import conversation_search_service_pb2 as search_pb
+from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
+from memoria.v1 import memory_block_pb2 as block_pb
+from memoria.v1 import memory_block_service_pb2 as pb
+from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
+from tests.api.conftest import error_info
+
+ROOT = Path(__file__).resolve().parents[2]
+MEMORIA = ROOT / ".venv" / "bin" / "memoria"
+MiB = 1 << 20
+DISK = 64 * MiB
+WATERMARK = 16 * MiB
+START_TIMEOUT_S = 60.0
+WHO = [("x-memoria-tenant", "t-disk"), ("x-memoria-principal", "ana")]
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+SERVICES = (
+    "memoria.v1.MemoryBlockService",
+    "memoria.v1.AuditService",
+    "memoria.v1.ConversationSearchService",
+)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs, unmounted at the end."""
+    if os.geteuid() != 0:
+        pytest.fail("test_disk_full mounts a small tmpfs and needs root (CI runs as root)")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def _free(path: Path) -> int:
+    stat = os.statvfs(path)
+    return stat.f_bavail * stat.f_frsize
+
+
+def _fill(path: Path, leave: int) -> Path:
+    """A file that leaves `leave` bytes free on the filesystem of `path`."""
+    filler = path / "filler"
+    with filler.open("wb") as file:
+        os.posix_fallocate(file.fileno(), 0, _free(path) - leave)
+    return filler
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORIA_")}
+    env.update(
+        MEMORIA_DISK_MIN_FREE_BYTES=str(WATERMARK),
+        MEMORIA_DISK_MIN_FREE_PERCENT="0",
+        MEMORIA_SHUTDOWN_GRACE_SECONDS="1",
+    )
+    return env
+
+
+def _command(data_dir: Path) -> list[str]:
+    return [str(MEMORIA), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
+
+
+def _serve(data_dir: Path, tmp_path: Path, log: Path) -> subprocess.Popen[bytes]:
+    port_file = tmp_path / "port"
+    port_file.unlink(missing_ok=True)
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [*_command(data_dir), "--port-file", str(port_file)],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _port(process: subprocess.Popen[bytes], tmp_path: Path, log: Path) -> int:
+    port_file = tmp_path / "port"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        content = port_file.read_text().strip() if port_file.exists() else ""
+        if content.isdigit():
+            return int(content)
+        try:
+            code = process.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            continue
+        raise AssertionError(f"memoria exited with {code}:\n{log.read_text(errors='replace')}")
+    raise AssertionError(f"no port file after {START_TIMEOUT_S}s:\n{log.read_text()}")
+
+
+def _watch_until(channel: grpc.Channel, service: str, status: int) -> None:
+    """Follow health Watch of `service` until it reports `status` (bounded by the call)."""
+    watch = health_pb2_grpc.HealthStub(channel).Watch(
+        health_pb2.HealthCheckRequest(service=service), timeout=15
+    )
+    try:
+        for response in watch:
+            if response.status == status:
+                return
+    finally:
+        watch.cancel()
+
+
+def _rewrite(blocks: pb_grpc.MemoryBlockServiceStub, text: str) -> pb.RewriteMemoryBlockResponse:
+    request = pb.RewriteMemoryBlockRequest(text=text, writer=block_pb.WRITER_USER)
+    return blocks.RewriteMemoryBlock(request, metadata=WHO, timeout=10)
+
+
+def _index(search: search_grpc.ConversationSearchServiceStub, turn: str) -> None:
+    search.IndexTurn(
+        search_pb.IndexTurnRequest(
+            conversation_id="c-1",
+            turn_id=turn,
+            question=f"Which account did refund {turn} go to?",
+            answer=f"To acct-48{turn}, on 2026-11-02.",
+            turn_time=Timestamp(seconds=1_790_000_000),
+            wait=True,
+        ),
+        metadata=WHO,
+        timeout=30,
+    )
+
+
+def _refused_full(call: grpc.RpcError) -> bool:
+    assert isinstance(call, grpc.Call)
+    return (
+        call.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        and error_info(call).reason == "ERROR_REASON_STORAGE_FULL"
+    )
+
+
+def test_a_full_disk_refuses_writes_keeps_reads_and_recovers(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    data_dir = small_disk / "data"
+    log = tmp_path / "server.log"
+    process = _serve(data_dir, tmp_path, log)
+    try:
+        channel = grpc.insecure_channel(f"127.0.0.1:{_port(process, tmp_path, log)}")
+        blocks = pb_grpc.MemoryBlockServiceStub(channel)
+        search = search_grpc.ConversationSearchServiceStub(channel)
+        _rewrite(blocks, "Preferred name: Ana")
+        _index(search, "1")
+        assert _free(small_disk) > WATERMARK, "the server alone must fit on the disk"
+
+        filler = _fill(small_disk, leave=WATERMARK // 2)
+        _watch_until(channel, "", NOT_SERVING)  # the monitor's next probe (about 1 s)
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in SERVICES:  # reads keep working, so the services stay in rotation
+            check = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert check.status == SERVING, service
+
+        # Every write that adds data is refused, several times over (none slips through).
+        for attempt in range(5):
+            with pytest.raises(grpc.RpcError) as caught:
+                _rewrite(blocks, f"Preferred name: Ana {attempt}")
+            assert _refused_full(caught.value)
+            info = error_info(caught.value)
+            assert int(info.metadata["free_bytes"]) < int(info.metadata["watermark_bytes"])
+        with pytest.raises(grpc.RpcError) as caught:
+            blocks.UpdateMemorySettings(
+                pb.UpdateMemorySettingsRequest(memory_enabled=False, writer=block_pb.WRITER_USER),
+                metadata=WHO,
+                timeout=10,
+            )
+        assert _refused_full(caught.value)
+        with pytest.raises(grpc.RpcError) as caught:
+            _index(search, "2")
+        assert _refused_full(caught.value)
+
+        # Reads and search work; an identical rewrite is the no-op it always is.
+        got = blocks.GetMemoryBlock(pb.GetMemoryBlockRequest(), metadata=WHO, timeout=10)
+        assert got.memory_block.text == "Preferred name: Ana"
+        render = blocks.RenderMemoryBlock(pb.RenderMemoryBlockRequest(), metadata=WHO, timeout=10)
+        assert render.prompt_section.endswith("Preferred name: Ana")
+        assert _rewrite(blocks, "Preferred name: Ana").changed is False
+        found = search.SearchConversations(
+            search_pb.SearchConversationsRequest(query="acct-481"), metadata=WHO, timeout=10
+        )
+        assert [hit.turn_id for hit in found.hits] == ["1"]
+        assert process.poll() is None, "the server must stay up"
+
+        # Space returns: health and writes come back by themselves.
+        filler.unlink()
+        _watch_until(channel, "", SERVING)
+        assert _rewrite(blocks, "Preferred name: Ana B.").changed is True
+        _index(search, "2")
+        found = search.SearchConversations(
+            search_pb.SearchConversationsRequest(query="acct-482"), metadata=WHO, timeout=10
+        )
+        assert "2" in [hit.turn_id for hit in found.hits]
+        output = log.read_text(errors="replace")
+        assert output.count("health: data dir short of space") == 1, output
+        assert output.count("health: data dir has space again") == 1, output
+        assert "Traceback" not in output
+        channel.close()
+    finally:
+        process.terminate()
+        assert process.wait(timeout=30) == 0
+
+    # A restart on a short disk refuses in one line, at once.
+    _fill(small_disk, leave=WATERMARK // 2)
+    restart = subprocess.run(
+        _command(data_dir),
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S,
+    )
+    assert restart.returncode == 1
+    lines = restart.stderr.strip().splitlines()
+    last = lines[-1]
+    assert last.startswith(f"memoria serve: the data dir {data_dir} has "), restart.stderr
+    assert "below the watermark of 16.0 MiB" in last
+    assert not any("Traceback" in line for line in lines), restart.stderr
