@@ -1,0 +1,131 @@
+"""A scripted model drives MemoriaTurnAdapter against the real server (SQLite and PostgreSQL).
+
+No LLM is reachable here, so the script plays the model: it reads the system prompt section,
+makes the tool calls a careful model would make (as JSON argument strings, as OpenAI sends
+them), and the test checks what the model would read back. A counting interceptor on the
+adapter's channel proves which calls reached the server.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+
+from memoria.v1 import memory_block_service_pb2 as blocks_pb
+from memoria_client import MemoriaTurnAdapter, base_system_prompt, load_tools, wording
+from tests.api.conftest import Api
+
+ACCOUNT = "acct-7731"
+SEARCH_DEADLINE_SECONDS = 30.0
+
+
+@dataclass
+class CountingInterceptor(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Counts the unary calls sent through a channel, by method name."""
+
+    calls: Counter[str] = field(default_factory=Counter)
+
+    def intercept_unary_unary(
+        self, continuation: Callable[[Any, Any], Any], details: Any, request: Any
+    ) -> Any:
+        self.calls[details.method.rsplit("/", 1)[1]] += 1
+        return continuation(details, request)
+
+
+def call(name: str, **arguments: object) -> tuple[str, str]:
+    """A tool call as a model sends it: the tool's name and its arguments as JSON text."""
+    assert name in {t["name"] for t in load_tools("openai_responses")}
+    return name, json.dumps(arguments)
+
+
+def search_until_found(adapter: MemoriaTurnAdapter, query: str, expect: str) -> tuple[str, int]:
+    """Search until `expect` shows (the worker indexes finished turns in the background).
+
+    Bounded: fails after SEARCH_DEADLINE_SECONDS. Returns the result and how many searches ran.
+    """
+    deadline = time.monotonic() + SEARCH_DEADLINE_SECONDS
+    attempts = 0
+    while True:
+        attempts += 1
+        result = adapter.execute(*call("conversation_search", query=query))
+        assert not result.is_error, result.text
+        if expect in result.text or time.monotonic() > deadline:
+            return result.text, attempts
+        time.sleep(0.05)  # polling a background worker, bounded by the deadline above
+
+
+def test_a_scripted_model_remembers_an_account_and_finds_the_earlier_conversation(
+    api: Api,
+) -> None:
+    counting = CountingInterceptor()
+    channel = grpc.intercept_channel(api.channel, counting)
+    who = api.who("ana")
+
+    # Conversation 1, turn 1: the person gives an account id the service confirmed.
+    adapter = MemoriaTurnAdapter(channel, who)
+    section = adapter.system_prompt_section()
+    assert section == base_system_prompt() + "\n\n" + wording.EMPTY_BLOCK
+    question = f"My Jira account is {ACCOUNT} (it's what the Jira current-user lookup shows)."
+    result = adapter.execute(*call("memory_rewrite", text=f"Jira account: {ACCOUNT}"))
+    assert not result.is_error
+    assert result.text.startswith("Saved. The memory block now has 23/4,000 characters.")
+    assert f"Added lines:\n+ Jira account: {ACCOUNT}\n" in result.text
+    answer = f"Got it: I'll remember your Jira account {ACCOUNT}."
+    adapter.finish_turn("conv-1", "1", question, answer, datetime(2026, 11, 2, 10, 0, tzinfo=UTC))
+    assert adapter.flush(timeout=30) == 0  # durably accepted (indexing follows in the background)
+    assert counting.calls["IndexTurn"] == 1
+
+    # Conversation 2, new (a new adapter, as a new process would make): the id is in the
+    # prompt, and a question that points back finds the earlier turn.
+    adapter = MemoriaTurnAdapter(channel, who)
+    section = adapter.system_prompt_section()
+    block = adapter.render_block()
+    assert block == f"Personal memory (23/4,000 characters)\nJira account: {ACCOUNT}"
+    assert section.endswith("\n\n" + block)  # the block comes last
+    assert section.startswith(base_system_prompt())
+    found, searches = search_until_found(adapter, ACCOUNT, "conversation conv-1, turn 1")
+    assert found.startswith(f"1 past turn matched {ACCOUNT!r}, best first:"), found
+    assert "2026-11-02 10:00 UTC; matched by keywords (rank 1)" in found
+    assert question in found and answer in found
+    assert counting.calls["SearchConversations"] == searches
+
+    # Turn 2 of conversation 2: the model's first write is over the limit; the warning gives
+    # the count, and the trimmed retry succeeds.
+    long_block = f"Jira account: {ACCOUNT}\n" + "\n".join(
+        f"Note {i}: " + "x" * 90 for i in range(45)
+    )
+    too_long = adapter.execute(*call("memory_rewrite", text=long_block))
+    assert too_long.is_error
+    count = len(long_block)
+    assert too_long.text == (
+        wording.too_long(count, 4000) + "\n(Failed memory writes this turn: 1 of 3.)"
+    )
+    assert f"the block has {count:,} characters and the limit is 4,000" in too_long.text
+    trimmed = f"Jira account: {ACCOUNT}\nLikes short answers"
+    retry = adapter.execute(*call("memory_rewrite", text=trimmed))
+    assert not retry.is_error
+    assert "Removed lines: none.\nAdded lines:\n+ Likes short answers\n" in retry.text
+    adapter.finish_turn("conv-2", "2", "Also, keep answers short.", "Noted, short answers.")
+
+    # Turn 3: three failed writes, then the fourth is refused without reaching the server.
+    empty = adapter.execute(*call("memory_rewrite", text="  \u200b  "))
+    assert empty.text.startswith(wording.BLOCK_EMPTY)
+    malformed = adapter.execute("memory_rewrite", json.dumps({"lines": ["x"]}))
+    assert malformed.text.startswith("Not sent: unknown argument(s): lines.")
+    over = adapter.execute(*call("memory_rewrite", text="y" * 4001))
+    assert over.text.endswith("(Failed memory writes this turn: 3 of 3; no more will be sent.)")
+    sent = counting.calls["RewriteMemoryBlock"]
+    fourth = adapter.execute(*call("memory_rewrite", text="Jira account: something-else"))
+    assert fourth.is_error
+    assert fourth.text == wording.refused_after_failures(3)
+    assert counting.calls["RewriteMemoryBlock"] == sent  # no call was made
+    stored = api.blocks.GetMemoryBlock(blocks_pb.GetMemoryBlockRequest(), metadata=who)
+    assert stored.memory_block.text == trimmed
+    assert adapter.flush(timeout=30) == 0
