@@ -7,10 +7,12 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
 from server.domain.errors import ErrorReason, FieldViolation, MemoriaError, invalid
+from server.domain.ids import identity_value_problem
 from server.domain.model import AuditAction, AuditEvent, AuditQuery, Identity
 from server.domain.ports import MemoryStore
 
@@ -41,39 +43,69 @@ class AuditPage:
 
 
 class PageTokens:
-    """Signs and verifies page tokens so a client cannot forge or reuse them across queries.
+    """Signs and verifies page tokens so a client cannot forge, alter or reuse them.
 
-    A token carries the id to continue below and is bound (by an HMAC over both) to the
-    caller and the filters it was issued for.
+    A token is `base64url(mac || body)` without padding, where body is the canonical JSON
+    `{"v":1,"b":<id to continue below>}` and mac an HMAC-SHA256 (first 16 bytes) over the
+    scope (caller and filters) and the body's exact bytes. The whole token is authenticated:
+    verify accepts only the exact string `issue` would produce, so any change (version,
+    keys, their order, whitespace, padding, base64 alphabet, trailing bits) is refused.
     """
+
+    VERSION = 1
 
     def __init__(self, secret: bytes):
         if len(secret) < 16:
             raise ValueError("page token secret must have at least 16 bytes")
         self._secret = secret
 
-    def _mac(self, scope: str, before: int) -> bytes:
-        msg = f"{scope}\x00{before}".encode()
-        return hmac.new(self._secret, msg, hashlib.sha256).digest()[:16]
+    def _mac(self, scope: str, body: bytes) -> bytes:
+        msg = scope.encode() + b"\x00" + body
+        return hmac.new(self._secret, msg, hashlib.sha256).digest()[:_MAC_BYTES]
+
+    @classmethod
+    def _body(cls, before: int) -> bytes:
+        return json.dumps({"v": cls.VERSION, "b": before}, separators=(",", ":")).encode()
 
     def issue(self, scope: str, before: int) -> str:
-        body = json.dumps({"v": 1, "b": before}, separators=(",", ":")).encode()
-        raw = self._mac(scope, before) + body
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        """A token that continues the listing below event id `before`, bound to `scope`."""
+        body = self._body(before)
+        return _b64(self._mac(scope, body) + body)
 
     def verify(self, scope: str, token: str) -> int:
         """The id to continue below; INVALID_PAGE_TOKEN for anything not issued for `scope`."""
+        if len(token) > _MAX_TOKEN_CHARS or _B64URL.fullmatch(token) is None:
+            raise _bad_token()
         try:
             raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-            mac, body = raw[:16], raw[16:]
-            before = json.loads(body)["b"]
-            if not isinstance(before, int) or isinstance(before, bool):
-                raise ValueError("bad cursor")
-        except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        except (binascii.Error, ValueError):
             raise _bad_token() from None
-        if not hmac.compare_digest(mac, self._mac(scope, before)):
+        # One byte string has one encoding: refuse the others (e.g. other trailing bits).
+        if _b64(raw) != token or len(raw) <= _MAC_BYTES:
+            raise _bad_token()
+        mac, body = raw[:_MAC_BYTES], raw[_MAC_BYTES:]
+        if not hmac.compare_digest(mac, self._mac(scope, body)):
+            raise _bad_token()
+        # Authentic, so issued by a server with this secret; still check it is the current
+        # format (a future version would be refused here rather than misread).
+        try:
+            before = json.loads(body)["b"]
+        except (ValueError, KeyError, TypeError):
+            raise _bad_token() from None
+        if not isinstance(before, int) or isinstance(before, bool) or body != self._body(before):
             raise _bad_token()
         return before
+
+
+_MAC_BYTES = 16
+_MAX_TOKEN_CHARS = 512
+"""Far above any token issued (about 50 characters); longer input is refused unread."""
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _b64(raw: bytes) -> str:
+    """base64url without padding, the only encoding a token has."""
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
 def _bad_token() -> MemoriaError:
@@ -98,6 +130,10 @@ class AuditLog:
             violations.append(FieldViolation("page_size", "must not be negative"))
         if req.start_time and req.end_time and req.start_time >= req.end_time:
             violations.append(FieldViolation("end_time", "must be after start_time"))
+        if req.principal_id not in ("", ALL_PRINCIPALS):
+            problem = identity_value_problem(req.principal_id)
+            if problem is not None:
+                violations.append(FieldViolation("principal_id", problem))
         if violations:
             raise invalid(*violations)
         principal = _readable_principal(who, req.principal_id)

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 
 from server.domain.chunking import split_text, turn_text
 from server.domain.errors import ErrorReason, FieldViolation, MemoriaError, invalid
+from server.domain.ids import identity_value_problem
 from server.domain.keywords import KeywordEncoder
 from server.domain.model import (
     AcceptOutcome,
@@ -354,9 +355,11 @@ class ConversationSearch:
     def erase(self, who: Identity, principal_id: str) -> Erasure:
         """Erase all of a principal's memory: its own, or (administrators) another's."""
         target = principal_id or who.principal_id
-        violations = _id_violations("principal_id", target)
-        if violations:
-            raise invalid(*violations)
+        # A principal id, so the identity rule that authentication applies (not the
+        # conversation-id rule): every principal that can call the service can erase itself.
+        problem = identity_value_problem(target)
+        if problem is not None:
+            raise invalid(FieldViolation("principal_id", problem))
         if target != who.principal_id and not who.is_tenant_admin:
             raise MemoriaError(
                 ErrorReason.PERMISSION_DENIED,

@@ -16,12 +16,12 @@ from typing import Any, Protocol
 import jwt
 
 from server.domain.errors import ErrorReason, MemoriaError
+from server.domain.ids import identity_value_problem, is_printable_ascii
 from server.domain.model import Identity
 
 TENANT_HEADER = "x-memoria-tenant"
 PRINCIPAL_HEADER = "x-memoria-principal"
 ROLES_HEADER = "x-memoria-roles"
-MAX_ID_LENGTH = 256
 
 
 class Authenticator(Protocol):
@@ -35,21 +35,40 @@ def unauthenticated(why: str) -> MemoriaError:
 
 
 def checked_id(value: object, what: str) -> str:
-    """A tenant or principal id must be a non-empty printable string of at most 256 chars."""
-    if not isinstance(value, str) or not value:
+    """A tenant or principal id from a credential, checked by the one identity rule
+    (server/domain/ids.py); anything else is UNAUTHENTICATED."""
+    if value is None or value == "":
         raise unauthenticated(f"no {what} in the credentials")
-    if len(value) > MAX_ID_LENGTH or not value.isprintable():
-        raise unauthenticated(f"the {what} id is not a printable string of at most 256 chars")
+    problem = identity_value_problem(value)
+    if problem is not None:
+        raise unauthenticated(f"the {what} id {problem}")
+    assert isinstance(value, str)
     return value
 
 
 def _roles(value: object) -> frozenset[str]:
-    """Roles from a claim or header: a list of strings, or one space/comma separated string."""
+    """Roles from a claim or header: a list of strings, or one space/comma separated string.
+
+    Every role must follow the identity rule and a string must hold printable ASCII only (a
+    tab is not a separator: `memoria-admin` and a tab is refused, not read as the admin role). A
+    claim of any other type is refused too: the identity provider sent something this server
+    does not understand, and guessing could grant or drop a role.
+    """
+    if value is None:
+        return frozenset()
     if isinstance(value, str):
-        return frozenset(r for r in value.replace(",", " ").split() if r)
-    if isinstance(value, list):
-        return frozenset(r for r in value if isinstance(r, str))
-    return frozenset()
+        if not is_printable_ascii(value):
+            raise unauthenticated("the roles must be printable ASCII separated by spaces or commas")
+        roles: list[object] = [r for r in value.replace(",", " ").split(" ") if r]
+    elif isinstance(value, list):
+        roles = value
+    else:
+        raise unauthenticated("the roles claim is neither a string nor a list of strings")
+    for role in roles:
+        problem = identity_value_problem(role)
+        if problem is not None:
+            raise unauthenticated(f"a role {problem}")
+    return frozenset(r for r in roles if isinstance(r, str))
 
 
 @dataclass(frozen=True)
