@@ -77,6 +77,15 @@ url="http://$addr"
 export MEMORIA_ADDR="$addr"
 echo "server ready on $addr" >&2
 
+echo "== Python client package (clients/python): a fresh venv, a plain (non-editable) install" >&2
+# setuptools reuses clients/python/build/; a stale copy there could hide a file the package lost.
+rm -rf clients/python/build
+"${PYTHON:-python3}" -m venv "$work/client-venv"
+"$work/client-venv/bin/pip" install --quiet --disable-pip-version-check -c requirements.lock \
+  "$root/clients/python"
+# From outside the repository, so every import comes from the installed package.
+(cd "$work" && "$work/client-venv/bin/python" "$root/clients/python/checks/installed_package.py")
+
 echo "== TypeScript client (clients/ts)" >&2
 (cd clients/ts && npm test --silent)
 
