@@ -153,25 +153,30 @@ class MemoryBlocks:
                 "nothing was saved. To remove the whole block, call DeleteMemoryBlock.",
                 violations=(FieldViolation("text", "must not be empty"),),
             )
-        if count > self._limit:
-            raise MemoriaError(
-                ErrorReason.BLOCK_TOO_LONG,
-                f"the block has {count:,} characters, over the limit of {self._limit:,}; "
-                "nothing was saved. Merge or remove lines and write the whole block again.",
-                metadata={"char_count": str(count), "char_limit": str(self._limit)},
-                violations=(
-                    FieldViolation(
-                        "text", f"has {count} characters; at most {self._limit} are allowed"
-                    ),
-                ),
-            )
+        limit = self._limit
 
         def decide(memory: PrincipalMemory) -> tuple[Change | None, RewriteResult]:
+            old = self._view(memory.block)
+            identical = memory.block is not None and old.text == new_text
+            # Over the limit is refused, except the identical rewrite of a block stored
+            # before the limit was lowered: that changes nothing, so it is the no-op any
+            # identical rewrite is (DESIGN 2), not an error.
+            if count > limit and not identical:
+                raise MemoriaError(
+                    ErrorReason.BLOCK_TOO_LONG,
+                    f"the block has {count:,} characters, over the limit of {limit:,}; "
+                    "nothing was saved. Merge or remove lines and write the whole block again.",
+                    metadata={"char_count": str(count), "char_limit": str(limit)},
+                    violations=(
+                        FieldViolation(
+                            "text", f"has {count} characters; at most {limit} are allowed"
+                        ),
+                    ),
+                )
             _check_etag(etag, memory.block)
             if writer is Writer.MODEL and not memory.memory_enabled:
                 raise _memory_disabled()
-            old = self._view(memory.block)
-            if memory.block is not None and old.text == new_text:
+            if identical:
                 return None, RewriteResult(old, (), (), changed=False)
             now = self._clock()
             stored = StoredBlock(text=new_text, etag=new_etag(), update_time=now)
