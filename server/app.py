@@ -24,7 +24,7 @@ from memoria.v1 import (
     memory_block_service_pb2,
     memory_block_service_pb2_grpc,
 )
-from server.config import Settings
+from server.config import Settings, is_loopback, listen_host
 from server.domain.audit import AuditLog, PageTokens
 from server.domain.keywords import KeywordEncoder
 from server.domain.memory import MemoryBlocks
@@ -106,7 +106,17 @@ def build_engine(settings: Settings) -> Engine:
 
 
 def build_authenticator(settings: Settings) -> Authenticator:
+    """The authenticator the settings choose; trusted headers set explicitly on an address
+    others can reach is allowed (behind a mesh) but said loudly, once, at start."""
     if settings.effective_auth == "trusted-headers":
+        host = listen_host(settings.listen)
+        if not is_loopback(host):
+            log.warning(
+                "auth is trusted-headers on %s, which is not loopback: any client that reaches "
+                "this port can claim any identity in x-memoria-* headers. Only run it so behind "
+                "a proxy or mesh that authenticates callers and sets those headers itself.",
+                host or "every interface",
+            )
         return TrustedHeaders(admin_role=settings.admin_role)
     key: Any
     algorithms: tuple[str, ...]

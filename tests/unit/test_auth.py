@@ -11,6 +11,7 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -481,9 +482,27 @@ def test_build_authenticator_from_a_public_key_file(
 
 
 @pytest.mark.usefixtures("clean_env")
-def test_build_authenticator_defaults_to_trusted_headers_on_loopback() -> None:
-    auth = build_authenticator(Settings(listen="127.0.0.1:0"))
+def test_build_authenticator_defaults_to_trusted_headers_on_loopback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="server.app"):
+        auth = build_authenticator(Settings(listen="127.0.0.1:0"))
+        assert isinstance(auth, TrustedHeaders)
+        assert isinstance(build_authenticator(Settings(listen="[::1]:0")), TrustedHeaders)
+    assert [r for r in caplog.records if r.name == "server.app"] == []
+
+
+@pytest.mark.usefixtures("clean_env")
+@pytest.mark.parametrize("listen", ["0.0.0.0:50051", "[::]:0", "10.1.2.3:0", "memoria:0"])
+def test_trusted_headers_set_explicitly_off_loopback_start_with_a_warning(
+    caplog: pytest.LogCaptureFixture, listen: str
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="server.app"):
+        auth = build_authenticator(Settings(listen=listen, auth="trusted-headers"))
     assert isinstance(auth, TrustedHeaders)
+    lines = [r.getMessage() for r in caplog.records if r.name == "server.app"]
+    assert len(lines) == 1
+    assert "trusted-headers" in lines[0] and "not loopback" in lines[0]
 
 
 # --- trusted headers ------------------------------------------------------------------------
