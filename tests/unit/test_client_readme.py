@@ -1,0 +1,129 @@
+"""The loops in clients/python/README.md run as written, against scripted SDKs and server.
+
+Neither SDK is installed (and no LLM is reachable), so each test puts a scripted stand-in for
+`openai` or `anthropic` in sys.modules: the model asks for one memory_rewrite, reads the
+result, then answers. The README's code runs unchanged except for the server address, which
+points at tests/fake_memoria.py's server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memoria_client import base_system_prompt, load_tools, wording
+from tests.fake_memoria import saved_response, scripted_server
+
+README = Path(__file__).resolve().parents[2] / "clients" / "python" / "README.md"
+TEXT = "Preferred name: Ana"
+# What the fake server renders for a person with no block yet.
+SECTION = base_system_prompt() + "\n\n" + wording.EMPTY_BLOCK
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text("utf-8"), flags=re.DOTALL)
+
+
+def test_every_python_block_compiles() -> None:
+    blocks = python_blocks()
+    assert len(blocks) == 2
+    for number, code in enumerate(blocks):
+        compile(code, f"{README.name} block {number}", "exec")
+
+
+def block_for(sdk: str) -> str:
+    (code,) = [code for code in python_blocks() if f"import {sdk}" in code or f"from {sdk}" in code]
+    return code
+
+
+def ns(**fields: Any) -> types.SimpleNamespace:
+    return types.SimpleNamespace(**fields)
+
+
+class Recorder:
+    """Records each create() call and answers from a script of replies."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        self.replies = replies
+        self.calls: list[dict[str, Any]] = []
+
+    def create(self, **request: Any) -> Any:
+        # Copy the messages: the loop appends to the same list after the call.
+        self.calls.append({**request, "messages": list(request["messages"])})
+        return self.replies.pop(0)
+
+
+def run_readme(code: str, port: int) -> dict[str, Any]:
+    namespace: dict[str, Any] = {"__name__": "readme"}
+    exec(code.replace("127.0.0.1:50051", f"127.0.0.1:{port}"), namespace)
+    return namespace
+
+
+def test_openai_chat_completions_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    call = ns(id="call_1", function=ns(name="memory_rewrite", arguments=json.dumps({"text": TEXT})))
+    recorder = Recorder(
+        [
+            ns(choices=[ns(message=ns(tool_calls=[call], content=None))]),
+            ns(choices=[ns(message=ns(tool_calls=None, content="Noted, Ana."))]),
+        ]
+    )
+    fake = types.ModuleType("openai")
+    fake.OpenAI = lambda: ns(chat=ns(completions=recorder))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "openai", fake)
+    with scripted_server() as (script, _channel, port):
+        script.rewrite = saved_response(TEXT, [], [TEXT])
+        readme = run_readme(block_for("openai"), port)
+        reply = readme["answer"]("c-1", "1", "Call me Ana.", [])
+        assert readme["memory"].flush(timeout=10) == 0
+    assert reply == "Noted, Ana."
+    assert [r.text for r in script.rewrites] == [TEXT]
+    first, second = recorder.calls
+    assert first["tools"] == load_tools("openai_chat_completions")
+    assert first["messages"][0]["content"].endswith(SECTION)
+    assert second["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": wording.saved(len(TEXT), 4000, [], [TEXT]),
+    }
+    (indexed,) = script.indexed
+    assert (indexed.question, indexed.answer) == ("Call me Ana.", "Noted, Ana.")
+
+
+def test_anthropic_messages_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    use = ns(type="tool_use", id="toolu_1", name="memory_rewrite", input={"text": TEXT})
+    recorder = Recorder(
+        [
+            ns(stop_reason="tool_use", content=[ns(type="text", text="Saving."), use]),
+            ns(stop_reason="end_turn", content=[ns(type="text", text="Noted, Ana.")]),
+        ]
+    )
+    fake = types.ModuleType("anthropic")
+    fake.Anthropic = lambda: ns(messages=recorder)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "anthropic", fake)
+    with scripted_server() as (script, _channel, port):
+        script.rewrite = saved_response(TEXT, [], [TEXT])
+        readme = run_readme(block_for("anthropic"), port)
+        reply = readme["answer"]("c-1", "1", "Call me Ana.", [])
+        assert readme["memory"].flush(timeout=10) == 0
+    assert reply == "Noted, Ana."
+    assert [r.text for r in script.rewrites] == [TEXT]
+    first, second = recorder.calls
+    assert first["tools"] == load_tools("anthropic_messages")
+    assert first["system"].endswith(SECTION)
+    assert second["messages"][-1] == {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "content": wording.saved(len(TEXT), 4000, [], [TEXT]),
+                "is_error": False,
+            }
+        ],
+    }
