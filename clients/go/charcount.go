@@ -11,30 +11,36 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// Sanitize returns text as the server stores and shows it: "\n" line endings; format (Cf)
-// characters, the whole tag block U+E0000-E007F and control (Cc) characters other than newline
-// and tab removed; a run of variation selectors cut to its first; NFC; outer whitespace
-// stripped. The rules and their order are in tests/vectors/README.md.
+const (
+	zwnj         = '\u200c'
+	zwj          = '\u200d'
+	brailleBlank = '\u2800'
+)
+
+// lineBreaks turns the line and paragraph separators into the one line ending, after CR LF
+// and lone CR (no pattern overlaps another, so the order of these replacements is free).
+var lineBreaks = strings.NewReplacer("\r", "\n", "\u2028", "\n", "\u2029", "\n")
+
+// Sanitize returns text as the server stores and shows it: "\n" line endings (CR LF, CR,
+// U+2028, U+2029); format (Cf), default-ignorable, control (Cc, but newline and tab) and tag
+// block characters removed, except a joiner that real script needs, a braille blank inside
+// braille and the first of a run of variation selectors; NFC; outer whitespace stripped. The
+// rules and their order are in tests/vectors/README.md.
 func Sanitize(text string) string {
-	text = strings.ReplaceAll(text, "\r\n", "\n")
-	text = strings.ReplaceAll(text, "\r", "\n")
-	var b strings.Builder
-	b.Grow(len(text))
-	afterSelector := false // the last kept rune was a variation selector
+	text = lineBreaks.Replace(strings.ReplaceAll(text, "\r\n", "\n"))
+	runes := make([]rune, 0, len(text))
 	for _, r := range text {
-		if invisible(r) {
-			continue // removal comes first, so selectors around a removed rune form one run
+		if !invisible(r) {
+			runes = append(runes, r)
 		}
-		selector := isVariationSelector(r)
-		if selector && afterSelector {
-			continue
-		}
-		afterSelector = selector
-		b.WriteRune(r)
 	}
+	// Each step sees what the one before left, as the server's do.
+	runes = dropRuns(runes, func(r rune) bool { return r == brailleBlank }, keepBrailleBlanks)
+	runes = dropRuns(runes, func(r rune) bool { return r == zwnj || r == zwj }, keepJoiner)
+	runes = cutSelectorRuns(runes)
 	// strings.TrimSpace strips what Python's str.strip() does once Cc is gone: they differ
 	// only on U+001C..U+001F, which are control characters and already removed.
-	return strings.TrimSpace(norm.NFC.String(b.String()))
+	return strings.TrimSpace(norm.NFC.String(string(runes)))
 }
 
 // CharCount is the number of Unicode code points (runes, not bytes) of Sanitize(text): the
@@ -43,17 +49,81 @@ func CharCount(text string) int {
 	return utf8.RuneCountInString(Sanitize(text))
 }
 
+// invisible reports the runes removed outright. Cf, Other_Default_Ignorable_Code_Point and
+// Variation_Selector together are a superset of Default_Ignorable_Code_Point (Unicode derives
+// it from them, minus a few Cf), so with Cf removed anyway this is exactly Cf plus every
+// default-ignorable code point.
 func invisible(r rune) bool {
 	switch {
 	case r == '\n' || r == '\t':
 		return false
+	case r == zwnj || r == zwj || r == brailleBlank || isVariationSelector(r):
+		return false // rules of their own
 	case r >= 0xE0000 && r <= 0xE007F:
 		return true
 	default:
-		return unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Cc, r)
+		return unicode.In(r, unicode.Cf, unicode.Cc, unicode.Other_Default_Ignorable_Code_Point)
 	}
 }
 
+// dropRuns removes each maximal run of runes matching in, unless keep says otherwise given
+// the run and the runes on either side of it (-1 at an end).
+func dropRuns(runes []rune, in func(rune) bool, keep func(before rune, run int, after rune) bool) []rune {
+	out := runes[:0:0]
+	for i := 0; i < len(runes); {
+		if !in(runes[i]) {
+			out = append(out, runes[i])
+			i++
+			continue
+		}
+		j := i
+		for j < len(runes) && in(runes[j]) {
+			j++
+		}
+		before, after := rune(-1), rune(-1)
+		if i > 0 {
+			before = runes[i-1]
+		}
+		if j < len(runes) {
+			after = runes[j]
+		}
+		if keep(before, j-i, after) {
+			out = append(out, runes[i:j]...)
+		}
+		i = j
+	}
+	return out
+}
+
+// keepBrailleBlanks keeps blanks between two braille patterns with dots: the space of
+// braille text. Elsewhere a blank is only an invisible filler.
+func keepBrailleBlanks(before rune, _ int, after rune) bool {
+	return before > brailleBlank && before <= 0x28FF && after > brailleBlank && after <= 0x28FF
+}
+
+// keepJoiner keeps a single ZWNJ or ZWJ between two characters that use one: letters of
+// uncased scripts (Lo: Persian, Indic), marks (M) and symbols (S: emoji). A run is payload.
+func keepJoiner(before rune, run int, after rune) bool {
+	joins := func(r rune) bool { return r >= 0 && unicode.In(r, unicode.Lo, unicode.M, unicode.S) }
+	return run == 1 && joins(before) && joins(after)
+}
+
+// cutSelectorRuns keeps the first of each run of variation selectors: one picks a glyph
+// (emoji, name kanji, Mongolian forms), a run of them is invisible payload.
+func cutSelectorRuns(runes []rune) []rune {
+	out := runes[:0:0]
+	afterSelector := false // the last kept rune was a variation selector
+	for _, r := range runes {
+		selector := isVariationSelector(r)
+		if selector && afterSelector {
+			continue
+		}
+		afterSelector = selector
+		out = append(out, r)
+	}
+	return out
+}
+
 func isVariationSelector(r rune) bool {
-	return (r >= 0xFE00 && r <= 0xFE0F) || (r >= 0xE0100 && r <= 0xE01EF)
+	return unicode.Is(unicode.Variation_Selector, r)
 }

@@ -3,7 +3,7 @@
 The block is the only path by which text the model read elsewhere reaches the system prompt,
 so every path (write, load, render, the limit check, the header, the API's counts) goes through
 `sanitize` and `char_count` here. The shared vectors in tests/vectors/char_count.json pin the
-behaviour for clients in other languages.
+behaviour for clients in other languages; tests/vectors/README.md states the rules in order.
 """
 
 from __future__ import annotations
@@ -13,6 +13,10 @@ import re
 import sys
 from dataclasses import dataclass
 
+# Default_Ignorable_Code_Point is a derived property (DerivedCoreProperties.txt) that neither
+# the standard library nor unicodedata2 exposes; the maintained `regex` module has it.
+import regex
+
 # The Unicode database is pinned by the unicodedata2 package rather than taken from whichever
 # Python runs the server (3.11 ships Unicode 14, whose Cf set lacks characters that Go, Node and
 # newer Pythons already remove), so server and clients agree on what is invisible.
@@ -21,30 +25,63 @@ import unicodedata2 as unicodedata
 TAG_BLOCK = range(0xE0000, 0xE0080)
 """The whole tag block: its unassigned code points are as invisible as the tag characters."""
 
-VARIATION_SELECTORS = "\ufe00-\ufe0f\U000e0100-\U000e01ef"
+VARIATION_SELECTORS = "\u180b-\u180d\u180f\ufe00-\ufe0f\U000e0100-\U000e01ef"
+"""Unicode's Variation_Selector property: the Mongolian free variation selectors, VS1-VS16
+and the supplement VS17-VS256 (a unit test checks this against the property)."""
+
+JOINERS = "\u200c\u200d"
+"""ZERO WIDTH NON-JOINER and ZERO WIDTH JOINER: format characters that real text needs."""
+
+JOINER_NEIGHBOUR_CATEGORIES = frozenset({"Lo", "Mn", "Mc", "Me", "Sm", "Sc", "Sk", "So"})
+"""What may stand on both sides of a kept joiner: a letter of an uncased script (Lo: Arabic,
+Persian, the Indic scripts, Sinhala, Khmer...), a mark (M: a virama, VS16 after an emoji) or a
+symbol (S: emoji, skin-tone modifiers)."""
+
+BRAILLE_BLANK = "\u2800"
+"""BRAILLE PATTERN BLANK: the space of braille text, and a well-known invisible filler."""
 
 
 def _invisible_class() -> re.Pattern[str]:
-    """A regex matching what never reaches the prompt: every Cf code point, every Cc one
-    except newline and tab, and the whole tag block U+E0000-E007F.
+    """A regex matching what never reaches the prompt, except the characters that have a rule
+    of their own (variation selectors, joiners, the braille blank): every Cf code point, every
+    Cc one except newline and tab, the whole tag block U+E0000-E007F, and every
+    Default_Ignorable_Code_Point (assigned or not: U+034F, the Hangul fillers, U+17B4/U+17B5,
+    U+2065, U+FFF0-FFF8, U+E0080-E0FFF...).
 
-    Built once from this Python's Unicode database, so the per-call work is a single C-level
+    Built once from the pinned Unicode database, so the per-call work is a single C-level
     `re.sub` instead of a Python loop over each character (the render path is hot).
     """
+    # Surrogates are no text; leaving them out lets `regex` scan every other code point at once.
+    every = "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, sys.maxunicode + 1)))
+    remove = {ch for ch in every if unicodedata.category(ch) in ("Cf", "Cc")} - {"\n", "\t"}
+    remove.update(map(chr, TAG_BLOCK))
+    for run in regex.finditer(r"\p{Default_Ignorable_Code_Point}+", every):
+        remove.update(run.group())
+    remove.difference_update(_expand(VARIATION_SELECTORS) + JOINERS)
     ranges: list[str] = []
-    start = -1
-    for cp in range(sys.maxunicode + 1):
-        ch = chr(cp)
-        cat = unicodedata.category(ch)
-        remove = cat == "Cf" or (cat == "Cc" and ch not in "\n\t") or cp in TAG_BLOCK
-        if remove and start < 0:
+    start = last = -2
+    for cp in sorted(map(ord, remove)):
+        if cp != last + 1:
+            if start >= 0:
+                ranges.append(_range(start, last))
             start = cp
-        elif not remove and start >= 0:
-            ranges.append(_range(start, cp - 1))
-            start = -1
-    if start >= 0:
-        ranges.append(_range(start, sys.maxunicode))
+        last = cp
+    ranges.append(_range(start, last))
     return re.compile("[" + "".join(ranges) + "]+")
+
+
+def _expand(ranges: str) -> str:
+    """Every character of a regex class body made of single characters and `a-b` ranges."""
+    out: list[str] = []
+    i = 0
+    while i < len(ranges):
+        if i + 2 < len(ranges) and ranges[i + 1] == "-":
+            out.extend(chr(cp) for cp in range(ord(ranges[i]), ord(ranges[i + 2]) + 1))
+            i += 3
+        else:
+            out.append(ranges[i])
+            i += 1
+    return "".join(out)
 
 
 def _range(first: int, last: int) -> str:
@@ -57,20 +94,52 @@ _INVISIBLE = _invisible_class()
 _ASCII_CONTROLS = bytes(c for c in range(128) if _INVISIBLE.fullmatch(chr(c)))
 """What `_INVISIBLE` matches in ASCII: the controls other than newline and tab."""
 
+_LINE_SEPARATORS = str.maketrans({"\u2028": "\n", "\u2029": "\n"})
+"""LINE SEPARATOR and PARAGRAPH SEPARATOR are line breaks: they become the one line ending."""
+
+# A braille blank is kept only inside braille text (a run of them with a braille pattern that
+# has dots on both sides: the space between braille words). Anywhere else it is only ever an
+# invisible filler, e.g. a block that looks empty but is not.
+_STRAY_BRAILLE_BLANKS = re.compile(
+    f"(?<![\u2800-\u28ff]){BRAILLE_BLANK}+|{BRAILLE_BLANK}+(?![\u2800-\u28ff])"
+)
+
+_JOINER_RUN = re.compile(f"[{JOINERS}]+")
+
 # A variation selector picks a glyph for the character before it, so one is all a character
 # can use; a run of them is invisible payload (data smuggled one byte per selector). Keep the
-# first of each run, so emoji (U+FE0F) and ideographic variation sequences still render.
+# first of each run, so emoji (U+FE0F), ideographic variation sequences (name kanji) and
+# Mongolian positional variants (U+180B-U+180D, U+180F) still render.
 _SELECTOR_RUN = re.compile(f"([{VARIATION_SELECTORS}])[{VARIATION_SELECTORS}]+")
-_FIRST_SELECTOR = "\ufe00"  # no text whose largest code point is below this has a selector
+_FIRST_SPECIAL = "\u180b"  # no text whose largest code point is below this has a selector
+
+
+def _keep_joiner(text: str, run: re.Match[str]) -> str:
+    """A joiner is kept only alone between two characters that use one (see
+    JOINER_NEIGHBOUR_CATEGORIES): ZWJ builds emoji sequences (family, profession, rainbow
+    flag) and Indic conjuncts, ZWNJ is part of Persian spelling (می‌خواهم) and of Indic
+    scripts. Anywhere else, and in runs (binary data written as ZWNJ/ZWJ), it is removed."""
+    start, end = run.span()
+    if (
+        end - start == 1
+        and start > 0
+        and end < len(text)
+        and unicodedata.category(text[start - 1]) in JOINER_NEIGHBOUR_CATEGORIES
+        and unicodedata.category(text[end]) in JOINER_NEIGHBOUR_CATEGORIES
+    ):
+        return run.group()
+    return ""
 
 
 def sanitize(text: str) -> str:
     """Return `text` as it may reach the prompt: the only form Memoria stores or shows.
 
-    Line endings become `\\n`; format characters (Unicode Cf: zero-width, bidi controls, tag
-    characters, BOM, soft hyphen), the rest of the tag block and control characters other than
-    newline and tab are removed; a run of variation selectors keeps only its first; the result
-    is NFC and has no leading or trailing whitespace. Idempotent.
+    Line endings (CRLF, CR, U+2028, U+2029) become `\\n`; format characters (Unicode Cf),
+    default-ignorable code points, the rest of the tag block and control characters other than
+    newline and tab are removed, except a ZWJ/ZWNJ alone between characters that need it, a
+    braille blank inside braille text and the first of a run of variation selectors; the
+    result is NFC and has no leading or trailing whitespace. Idempotent. The order of these
+    steps is part of the rule (tests/vectors/README.md).
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if text.isascii():
@@ -78,8 +147,19 @@ def sanitize(text: str) -> str:
         # so only its control characters go, which bytes.translate removes several times
         # faster than the regex (this runs on every render and twice per rewrite).
         return text.encode("ascii").translate(None, _ASCII_CONTROLS).decode("ascii").strip()
-    text = _INVISIBLE.sub("", text)
-    if max(text, default="") >= _FIRST_SELECTOR:
+    return _sanitize_unicode(text)
+
+
+def _sanitize_unicode(text: str) -> str:
+    """`sanitize` after CR and CR LF became LF, for any text (ASCII takes a shortcut)."""
+    text = _INVISIBLE.sub("", text.translate(_LINE_SEPARATORS))
+    if max(text, default="") >= _FIRST_SPECIAL:
+        # Each step sees what the one before left, in this order: removing a braille blank
+        # can make joiners adjacent, and removing joiners can make selectors adjacent.
+        if BRAILLE_BLANK in text:
+            text = _STRAY_BRAILLE_BLANKS.sub("", text)
+        if "\u200c" in text or "\u200d" in text:
+            text = _JOINER_RUN.sub(lambda run: _keep_joiner(text, run), text)
         text = _SELECTOR_RUN.sub(r"\1", text)
     text = unicodedata.normalize("NFC", text)
     return text.strip()

@@ -1,0 +1,120 @@
+"""Properties of the sanitizer and the count that must hold for every text (hypothesis).
+
+The shared vectors pin chosen inputs; these generate texts rich in what the rules are about
+(joiners, selectors, braille, fillers, separators, combining marks, tag characters, emoji,
+Persian and Devanagari letters) and check what the rule promises for all of them.
+"""
+
+from __future__ import annotations
+
+import regex
+import unicodedata2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from server.domain import text as text_module
+from server.domain.text import char_count, sanitize, sanitize_and_count
+
+INTERESTING = [
+    "\u200c", "\u200d", "\u200b", "\u2060", "\ufeff", "\u00ad", "\u034f", "\u115f", "\u1160",
+    "\u3164", "\uffa0", "\u17b4", "\u17b5", "\u180b", "\u180e", "\u180f", "\u2065", "\ufff0",
+    "\U000e0080", "\U000e0041", "\U000e0100", "\ufe0e", "\ufe0f", "\u2800", "\u2801", "\u28ff",
+    "\u2028", "\u2029", "\r", "\n", "\t", " ", "\u3000", "\x00", "\x85", "\u0301",
+    "\u0327", "\u094d", "\u0915", "\u0937", "\u0645", "\u06cc", "\u062e", "\U0001f468",
+    "\U0001f3fd", "\u2764", "e", "a", "\u0958", "\u212b", "\u1820", "\u05d0", "\u05b8",
+]  # fmt: skip
+"""Code points the rules treat specially, or that sit next to them in real text."""
+
+TEXTS = st.one_of(
+    # Short texts of only the special characters find the interactions between the rules
+    # (a joiner run between two selectors, a blank between joiners...); longer mixed ones find
+    # the rest.
+    st.text(alphabet=st.sampled_from(INTERESTING), max_size=12),
+    st.text(
+        alphabet=st.one_of(
+            st.sampled_from(INTERESTING), st.characters(blacklist_categories=("Cs",))
+        ),
+        max_size=60,
+    ),
+)
+JOINER_NEIGHBOURS = text_module.JOINER_NEIGHBOUR_CATEGORIES
+VARIATION_SELECTORS = set(text_module._expand(text_module.VARIATION_SELECTORS))
+
+
+def _removed_outright(ch: str) -> bool:
+    """What the rule removes wherever it stands (the characters with their own rule aside)."""
+    if ch in VARIATION_SELECTORS or ch in "\u200c\u200d\u2800":
+        return False
+    category = unicodedata2.category(ch)
+    return (
+        category == "Cf"
+        or (category == "Cc" and ch not in "\n\t")
+        or 0xE0000 <= ord(ch) <= 0xE007F
+        or regex.fullmatch(r"\p{Default_Ignorable_Code_Point}", ch) is not None
+    )
+
+
+@settings(max_examples=500, deadline=None)
+@given(TEXTS)
+def test_sanitize_is_idempotent(text: str) -> None:
+    clean = sanitize(text)
+    assert sanitize(clean) == clean
+
+
+@settings(max_examples=500, deadline=None)
+@given(TEXTS)
+def test_output_has_no_invisible_or_control_character_nor_other_line_break(text: str) -> None:
+    clean = sanitize(text)
+    assert not any(_removed_outright(ch) for ch in clean)
+    assert not set(clean) & {"\r", "\u2028", "\u2029", "\x85"}
+
+
+@settings(max_examples=500, deadline=None)
+@given(TEXTS)
+def test_what_survives_of_the_special_characters_obeys_its_rule(text: str) -> None:
+    clean = sanitize(text)
+    for i, ch in enumerate(clean):
+        before = clean[i - 1] if i else ""
+        after = clean[i + 1] if i + 1 < len(clean) else ""
+        if ch in "\u200c\u200d":
+            # Alone, with a character that uses a joiner on either side.
+            assert before and after
+            assert unicodedata2.category(before) in JOINER_NEIGHBOURS
+            assert unicodedata2.category(after) in JOINER_NEIGHBOURS
+        elif ch in VARIATION_SELECTORS:
+            assert before not in VARIATION_SELECTORS  # never a run
+    for run in regex.finditer("\u2800+", clean):
+        start, end = run.span()
+        assert start > 0 and "\u2801" <= clean[start - 1] <= "\u28ff"
+        assert end < len(clean) and "\u2801" <= clean[end] <= "\u28ff"
+
+
+@settings(max_examples=500, deadline=None)
+@given(TEXTS)
+def test_output_is_nfc_and_stripped_and_counted_in_code_points(text: str) -> None:
+    clean, count = sanitize_and_count(text)
+    assert unicodedata2.normalize("NFC", clean) == clean
+    assert clean == clean.strip()
+    assert count == char_count(text) == len(clean)  # code points, whatever UTF-16 says
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXTS, st.lists(st.integers(min_value=0, max_value=60), max_size=5))
+def test_inserting_characters_that_are_always_removed_changes_nothing(
+    text: str, positions: list[int]
+) -> None:
+    """Removal comes first, so an always-removed character cannot change what the other rules
+    (joiner neighbours, selector runs, NFC, stripping) see."""
+    spiked = text
+    fillers = ["\u200b", "\u3164", "\U000e0041", "\x00", "\u034f"]
+    for position, filler in zip(positions, fillers, strict=False):
+        spiked = spiked[:position] + filler + spiked[position:]
+    assert sanitize(spiked) == sanitize(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+def test_ascii_text_keeps_every_printable_character(text: str) -> None:
+    kept = "".join(ch for ch in text.replace("\r\n", "\n").replace("\r", "\n") if ch.isprintable()
+                   or ch in "\n\t")  # fmt: skip
+    assert sanitize(text) == kept.strip()
