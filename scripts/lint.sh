@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Static checks of the contract and the code: buf lint/format/breaking, fresh generated stubs,
-# ruff, mypy (strict on server/).
+# ruff, mypy (strict on server/ and the client package), the rendered tool files.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -23,3 +23,6 @@ echo "== ruff / mypy" >&2
 
 echo "== search evaluation set matches its generator" >&2
 "$bin/python" bench/eval/make_dataset.py --check >/dev/null
+
+echo "== tool files (tools/*.json) match their source" >&2
+"$bin/python" scripts/render-tools.py --check
