@@ -1,5 +1,5 @@
 """The `memoria` command: `serve` the gRPC service, run an indexing `worker`, `migrate` a
-database schema."""
+database schema, serve the model's tools over MCP (`mcp`)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
         help="vacuum the embedded chunk index (deleted and replaced chunks); server stopped",
     )
     compact.add_argument("--data-dir", type=Path)
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve the model's tools and memory prompt section over MCP (stdio or HTTP), as a "
+        "client of a running Memoria server",
+    )
+    _add_mcp_arguments(mcp)
     mig = sub.add_parser("migrate", help="bring a database schema to the newest revision")
     mig.add_argument("--database-url", help="the schema owner's URL (default: the embedded one)")
     mig.add_argument("--data-dir", type=Path)
@@ -63,8 +69,31 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings(**overrides)
 
 
+def _add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
+    """`memoria mcp` is the client package's MCP server (clients/python, memoria_client),
+    installed in the development venv; an install of the server alone (the container image)
+    has no such package, and every other command must still parse."""
+    try:
+        from memoria_client.mcp_cli import add_arguments
+    except ImportError:
+        parser.set_defaults(mcp_missing=True)
+        return
+    add_arguments(parser)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.command == "mcp":  # a client of a Memoria server: none of the server's settings
+        if getattr(args, "mcp_missing", False):
+            sys.exit(
+                "memoria mcp: needs the client package with its mcp extra: "
+                "pip install -c requirements.lock './clients/python[mcp]'"
+            )
+        from memoria_client.mcp_cli import run
+
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+        run(args)
+        return
     try:
         settings = _settings(args)
     except ValueError as error:  # pydantic's ValidationError is a ValueError

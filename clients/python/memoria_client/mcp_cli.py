@@ -1,0 +1,121 @@
+"""The command line of Memoria's MCP server: `memoria mcp` and the client package's `memoria-mcp`.
+
+Kept apart from `mcp_server` so that parsing the flags (every `memoria` command builds this
+parser) imports nothing of the MCP SDK, and so that the client package works without its `mcp`
+extra for everything but this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+
+HTTP_PATH = "/mcp"
+
+
+def _channel(target: str, tls: bool) -> grpc.Channel:
+    if tls:
+        return grpc.secure_channel(target, grpc.ssl_channel_credentials())
+    return grpc.insecure_channel(target)
+
+
+def _parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--listen must be HOST:PORT, not {listen!r}")
+    return host.strip("[]"), int(port)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `memoria mcp` (also used by `server/__main__.py`)."""
+    parser.epilog = (
+        "Identity over stdio: MEMORIA_MCP_TOKEN=<jwt> in the environment (Memoria in jwt "
+        "mode), or --tenant and --principal (trusted headers). Over http: each caller's "
+        "Authorization: Bearer token, checked by Memoria; a request without one gets 401."
+    )
+    parser.add_argument(
+        "--target",
+        default=os.environ.get("MEMORIA_MCP_TARGET", "127.0.0.1:50051"),
+        help="the Memoria gRPC server, HOST:PORT (default 127.0.0.1:50051)",
+    )
+    parser.add_argument("--tls", action="store_true", help="connect to the target over TLS")
+    parser.add_argument(
+        "--transport", choices=["stdio", "http"], default="stdio", help="default stdio"
+    )
+    parser.add_argument(
+        "--listen",
+        default="127.0.0.1:8765",
+        help=f"http: HOST:PORT to serve {HTTP_PATH} on (default 127.0.0.1:8765; port 0 picks one)",
+    )
+    parser.add_argument("--port-file", type=Path, help="http: write the bound port here")
+    parser.add_argument(
+        "--tenant",
+        default=os.environ.get("MEMORIA_MCP_TENANT"),
+        help="stdio, trusted-headers Memoria: the tenant (or MEMORIA_MCP_TENANT)",
+    )
+    parser.add_argument(
+        "--principal",
+        default=os.environ.get("MEMORIA_MCP_PRINCIPAL"),
+        help="stdio, trusted-headers Memoria: the person (or MEMORIA_MCP_PRINCIPAL)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds per Memoria call (default 10)"
+    )
+    parser.add_argument(
+        "--turn-gap-seconds",
+        type=float,
+        default=60.0,
+        help="stdio: a tool call after this long a quiet spell starts a new turn (default 60)",
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    """Serve MCP as `args` say until the host closes stdio or the HTTP server is stopped."""
+    from memoria_client import mcp_server
+
+    token = os.environ.get("MEMORIA_MCP_TOKEN") or None
+    if args.transport == "stdio":
+        identity = mcp_server.Identity.from_config(token, args.tenant, args.principal)
+        if identity is None:
+            sys.exit(
+                "memoria mcp: say who the tools act for: MEMORIA_MCP_TOKEN=<jwt> (Memoria in "
+                "jwt mode), or --tenant and --principal (trusted headers), not both"
+            )
+    elif token or args.tenant or args.principal:
+        sys.exit(
+            "memoria mcp --transport http: each caller's Authorization: Bearer token is the "
+            "identity; MEMORIA_MCP_TOKEN, --tenant and --principal are for stdio"
+        )
+    else:
+        try:
+            host, port = _parse_listen(args.listen)
+        except ValueError as error:
+            sys.exit(f"memoria mcp: {error}")
+    channel = _channel(args.target, args.tls)
+    try:
+        if args.transport == "stdio":
+            server = mcp_server.build_server(
+                channel, identity, timeout=args.timeout, turn_gap=args.turn_gap_seconds
+            )
+            mcp_server.run_stdio(server)
+        else:
+            app = mcp_server.build_http_app(channel, host=host, timeout=args.timeout)
+            mcp_server.serve_http(app, host, port, args.port_file, args.target)
+    finally:
+        channel.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`memoria-mcp` (the client package's own command; `memoria mcp` is the same)."""
+    parser = argparse.ArgumentParser(
+        prog="memoria-mcp", description="Memoria's model tools and memory prompt section over MCP."
+    )
+    add_arguments(parser)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    run(parser.parse_args(argv))
