@@ -64,7 +64,8 @@ class Script:
     section: str = ""
     rewrite: blocks_pb.RewriteMemoryBlockResponse | grpc.Status | None = None
     search: search_pb.SearchConversationsResponse | grpc.Status | None = None
-    index: grpc.Status | None = None
+    # IndexTurn's refusals, by conversation id (every other turn is accepted).
+    index_refusals: dict[str, grpc.Status] = field(default_factory=dict)
     rewrites: list[blocks_pb.RewriteMemoryBlockRequest] = field(default_factory=list)
     searches: list[search_pb.SearchConversationsRequest] = field(default_factory=list)
     indexed: list[search_pb.IndexTurnRequest] = field(default_factory=list)
@@ -110,8 +111,9 @@ class Search(search_grpc.ConversationSearchServiceServicer):
         self, request: search_pb.IndexTurnRequest, context: grpc.ServicerContext
     ) -> search_pb.IndexTurnResponse:
         self.script.indexed.append(request)
-        if self.script.index is not None:
-            context.abort_with_status(self.script.index)
+        refusal = self.script.index_refusals.get(request.conversation_id)
+        if refusal is not None:
+            context.abort_with_status(refusal)
         return search_pb.IndexTurnResponse(outcome=search_pb.INDEX_TURN_OUTCOME_ACCEPTED)
 
 

@@ -306,9 +306,12 @@ def test_finish_turn_sends_the_turn_without_waiting(served: Served) -> None:
 
 
 def test_flush_counts_turns_that_were_not_accepted(served: Served) -> None:
-    served.script.index = failure(
+    served.script.index_refusals["gone"] = failure(
         grpc.StatusCode.FAILED_PRECONDITION, "ERROR_REASON_CONVERSATION_DELETED"
     )
     served.adapter.finish_turn("gone", "1", "q", "a")
+    # A later turn (accepted) does not make the earlier failure disappear.
+    served.adapter.finish_turn("c", "2", "q", "a")
     assert served.adapter.flush(timeout=10) == 1
     assert served.adapter.flush(timeout=10) == 0  # nothing left in flight
+    assert sorted(r.conversation_id for r in served.script.indexed) == ["c", "gone"]

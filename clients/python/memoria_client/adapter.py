@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -188,20 +189,25 @@ class MemoriaTurnAdapter:
         )
         future.add_done_callback(_log_index_failure)
         with self._lock:
-            self._pending = [f for f in self._pending if not f.done()] + [future]
+            # Accepted turns need no more attention; failed ones stay for `flush` to count.
+            self._pending = [f for f in self._pending if not _accepted(f)] + [future]
             self._failed_writes = 0
 
     def flush(self, timeout: float | None = None) -> int:
-        """Wait for the turns sent by `finish_turn`; the number that were not accepted."""
+        """Wait (up to `timeout` seconds in all) for the turns sent by `finish_turn`.
+
+        Returns how many of them were not accepted (failed, or still unanswered at the
+        deadline), counting each turn once.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             pending, self._pending = self._pending, []
         failed = 0
         for future in pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                future.result(timeout=timeout)
-            except grpc.RpcError:
-                failed += 1
-            except grpc.FutureTimeoutError:
+                future.result(timeout=left)
+            except (grpc.RpcError, grpc.FutureTimeoutError, grpc.FutureCancelledError):
                 failed += 1
         return failed
 
@@ -318,6 +324,10 @@ def _search_failure(failure: _Failure) -> ToolResult:
     return ToolResult(
         wording.search_failed(failure.reason or failure.code.name, detail), is_error=True
     )
+
+
+def _accepted(future: grpc.Future[search_pb.IndexTurnResponse]) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is None
 
 
 def _log_index_failure(future: grpc.Future[search_pb.IndexTurnResponse]) -> None:
