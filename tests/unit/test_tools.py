@@ -208,9 +208,8 @@ def test_memory_rewrite_description_carries_the_rules() -> None:
 
 
 def test_search_description_says_when_to_search() -> None:
-    assert "only when the question points back to an earlier conversation" in (
-        source()[1]["description"]
-    )
+    description = source()[1]["description"]
+    assert "only when the question points back to an earlier conversation" in description
 
 
 def test_descriptions_stay_compact() -> None:
