@@ -13,10 +13,10 @@ and prints requests/s, latency, the server's CPU per call (all its processes) an
 round, the 2-worker server's requests/s as a ratio to the 1-worker server's: **the result**.
 
 Both servers run the production configuration that allows several processes: PostgreSQL
-and a Qdrant server. No Qdrant server runs on this machine, so `--qdrant-url` points at the
-stand-in of the tests (tests/qdrant_standin.py: Qdrant's gRPC API over qdrant-client's local
-mode). Render never touches the chunk index; the stand-in only lets the servers start, and
-sits idle while they are measured.
+and a Qdrant server: the real one of the tests (tests/qdrant_server.py: the binary of
+MEMORIA_TEST_QDRANT_BIN or ../shared/qdrant/qdrant, on loopback). Render never touches the
+chunk index; the Qdrant server only lets the servers start, and sits idle while they are
+measured.
 
 The data, the servers and the ghz runs are those of bench_blocks.py (imported from it): 3,000
 principals with a block of 300-1,500 characters and 300 without, one tenant, trusted headers
@@ -76,7 +76,7 @@ from procs import (
     software_line,
 )
 
-from tests.qdrant_standin import qdrant_standin
+from tests.qdrant_server import qdrant_process
 
 GHZ_EXTRA_TIMEOUT_S = 30.0
 WARMUP_PASSES = 3  # render calls per principal before measuring: fills every process's cache
@@ -309,11 +309,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             database: Database = stack.enter_context(postgres_database(population))
             facts.append(f"database: {database.description}")
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
-            qdrant_url = stack.enter_context(qdrant_standin(workdir))
+            qdrant = stack.enter_context(qdrant_process(workdir / "qdrant")).endpoint
             for workers in (1, args.workers):
                 serverdir = workdir / f"workers-{workers}"
                 serverdir.mkdir()
-                flags = ["--qdrant-url", qdrant_url, "--workers", str(workers)]
+                flags = [
+                    *("--qdrant-url", qdrant.url, "--qdrant-grpc-port", str(qdrant.grpc_port)),
+                    *("--workers", str(workers)),
+                ]
                 process = ServerProcess(
                     [*database.server_args, *flags],
                     serverdir,

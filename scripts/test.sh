@@ -3,6 +3,8 @@
 # one running server (scripts/test-clients.sh); then pytest against SQLite and a real PostgreSQL.
 # PostgreSQL is started by scripts/pg.sh (installed with apt-get when missing and root).
 # MEMORIA_REQUIRE_POSTGRES=1 makes a missing PostgreSQL a failure, never a skip.
+# The Qdrant server tests start ../shared/qdrant/qdrant (or MEMORIA_TEST_QDRANT_BIN, or use
+# the server of MEMORIA_TEST_QDRANT_URL); MEMORIA_REQUIRE_QDRANT=1 makes a missing one a failure.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -20,6 +22,7 @@ eval "$pg_env"
 trap 'echo "== PostgreSQL (scripts/pg.sh) is left running for the next run; stop it with: make pg-stop (scripts/pg.sh stop)" >&2' EXIT
 export MEMORIA_TEST_PG_OWNER_URL MEMORIA_TEST_PG_APP_URL
 export MEMORIA_REQUIRE_POSTGRES=1
+export MEMORIA_REQUIRE_QDRANT=1
 
 echo "== pytest" >&2
 .venv/bin/pytest "$@"

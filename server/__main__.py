@@ -26,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", type=Path, help="embedded default's data directory")
     serve.add_argument("--database-url", help="postgresql+psycopg://service-role@host/db")
     serve.add_argument("--qdrant-url", help="Qdrant server URL; unset: embedded engine")
+    serve.add_argument(
+        "--qdrant-grpc-port", type=int, help="Qdrant gRPC port (default: the URL's port + 1)"
+    )
     serve.add_argument("--auth", choices=["auto", "jwt", "trusted-headers"])
     serve.add_argument("--port-file", type=Path, help="write the bound port here once serving")
     serve.add_argument(
@@ -41,7 +44,10 @@ def _parser() -> argparse.ArgumentParser:
         help="index accepted turns in this process (PostgreSQL and a Qdrant server only)",
     )
     work.add_argument("--database-url", help="postgresql+psycopg://service-role@host/db")
-    work.add_argument("--qdrant-url", help="the Qdrant server, e.g. http://qdrant:6334")
+    work.add_argument("--qdrant-url", help="the Qdrant server, e.g. http://qdrant:6333")
+    work.add_argument(
+        "--qdrant-grpc-port", type=int, help="Qdrant gRPC port (default: the URL's port + 1)"
+    )
     compact = sub.add_parser(
         "compact",
         help="vacuum the embedded chunk index (deleted and replaced chunks); server stopped",
@@ -63,7 +69,15 @@ def _parser() -> argparse.ArgumentParser:
 def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {
         key: value
-        for key in ("listen", "data_dir", "database_url", "qdrant_url", "auth", "workers")
+        for key in (
+            "listen",
+            "data_dir",
+            "database_url",
+            "qdrant_url",
+            "qdrant_grpc_port",
+            "auth",
+            "workers",
+        )
         if (value := getattr(args, key, None)) is not None
     }
     return Settings(**overrides)
@@ -219,6 +233,7 @@ def _serve_workers(settings: Settings, args: argparse.Namespace) -> None:
             ("--data-dir", "data_dir"),
             ("--database-url", "database_url"),
             ("--qdrant-url", "qdrant_url"),
+            ("--qdrant-grpc-port", "qdrant_grpc_port"),
             ("--auth", "auth"),
         )
         if getattr(args, key) is not None

@@ -5,10 +5,16 @@ start the throwaway server of scripts/pg.sh. Each session gets a fresh database 
 the owner role; the tests connect as the non-superuser service role, so row-level security is
 in force. With MEMORIA_REQUIRE_POSTGRES=1 (the README's test command and CI) PostgreSQL tests
 never skip: they fail if PostgreSQL cannot be had, and the run fails if none of them ran.
+
+Qdrant: one real server per session (tests/qdrant_server.py: MEMORIA_TEST_QDRANT_URL, else the
+binary of MEMORIA_TEST_QDRANT_BIN or ../shared/qdrant/qdrant started on loopback); each test
+takes a collection of its own (`qdrant_collection`). MEMORIA_REQUIRE_QDRANT=1 does for it what
+MEMORIA_REQUIRE_POSTGRES=1 does for PostgreSQL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -28,9 +34,11 @@ from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.sql import SqlMemoryStore
 from tests.fakes import InMemoryMemoryStore
 from tests.postgres_server import OwnPostgres, free_port, pg_urls
+from tests.qdrant_server import QdrantEndpoint, suite_qdrant
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_POSTGRES = os.environ.get("MEMORIA_REQUIRE_POSTGRES") == "1"
+REQUIRE_QDRANT = os.environ.get("MEMORIA_REQUIRE_QDRANT") == "1"
 APP_ROLE = "memoria_app"
 
 
@@ -123,6 +131,32 @@ def own_postgres() -> Iterator[OwnPostgres]:
             shutil.rmtree(directory, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def qdrant(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QdrantEndpoint]:
+    """The session's real Qdrant server (fails or skips the test when there is none)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            endpoint = stack.enter_context(suite_qdrant(tmp_path_factory.mktemp("qdrant")))
+        except RuntimeError as error:
+            message = f"no Qdrant server for the tests: {error}"
+            if REQUIRE_QDRANT:
+                pytest.fail(message, pytrace=False)
+            pytest.skip(message)
+        yield endpoint
+
+
+@pytest.fixture
+def qdrant_collection(qdrant: QdrantEndpoint) -> Iterator[str]:
+    """A collection name no other test uses on the session's server; dropped at the end."""
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    yield name
+    client = qdrant.client()
+    try:
+        client.delete_collection(name)
+    finally:
+        client.close()
+
+
 @pytest.fixture
 def tenant() -> str:
     """A tenant id no other test uses, so tests share one database without interfering."""
@@ -169,16 +203,25 @@ def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> SqlMemoryStore:
 
 
 _postgres_passed = 0
+_qdrant_passed = 0
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    global _postgres_passed
+    global _postgres_passed, _qdrant_passed
     if report.when == "call" and report.passed and "postgres" in report.keywords:
         _postgres_passed += 1
+    if report.when == "call" and report.passed and "qdrant" in report.keywords:
+        _qdrant_passed += 1
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """With MEMORIA_REQUIRE_POSTGRES=1, a run in which no PostgreSQL test passed fails."""
-    if REQUIRE_POSTGRES and exitstatus == 0 and session.testscollected and _postgres_passed == 0:
+    """With MEMORIA_REQUIRE_POSTGRES=1 (MEMORIA_REQUIRE_QDRANT=1), a run in which no
+    PostgreSQL (Qdrant server) test passed fails."""
+    if exitstatus != 0 or not session.testscollected:
+        return
+    if REQUIRE_POSTGRES and _postgres_passed == 0:
         print("\nFAILED: MEMORIA_REQUIRE_POSTGRES=1 but no PostgreSQL test passed")
+        session.exitstatus = 1
+    if REQUIRE_QDRANT and _qdrant_passed == 0:
+        print("\nFAILED: MEMORIA_REQUIRE_QDRANT=1 but no Qdrant server test passed")
         session.exitstatus = 1

@@ -2,8 +2,16 @@
 
 One collection holds every tenant's chunks (layout: chunk_index.py), with a keyword payload
 index on tenant_id marked `is_tenant`, so the server stores each tenant's points together.
-Production passes `QdrantClient(url=..., prefer_grpc=True)`; the contract tests pass
+Production builds its client with `server_client` (gRPC preferred, on a port of its own); the
+contract tests run on a real Qdrant server the suite starts (tests/qdrant_server.py) and on
 `QdrantClient(location=":memory:")` (qdrant-client's local mode), which accepts the same calls.
+
+Server versions: Memoria is tested on Qdrant 1.18.x (TESTED_SERVER). Any other 1.x from 1.16
+on (MIN_SERVER: collection metadata, which keeps the model record, exists since 1.16) is
+accepted with a warning at open; an older server or another major version is refused at open
+with a ChunkIndexError that says which versions work. qdrant-client's own check (a warning
+whenever client and server minor versions differ by more than one, from a thread at every
+client creation) is turned off: this check replaces it, once per open, in the log.
 
 Decisions:
 - The embedding model is recorded in the collection's metadata (collection metadata exists
@@ -20,6 +28,9 @@ Decisions:
 - An unreachable server (connection refused, deadline exceeded, HTTP transport error) becomes
   MemoriaError(STORE_UNAVAILABLE), like the SQL store's connection errors: nothing is changed
   and the caller may retry. Other errors propagate as they are.
+- Ports: the URL's port is the REST port; gRPC has a port of its own (qdrant-client's
+  `grpc_port`), which the settings derive or take as given (server/config.py). With
+  `prefer_grpc=False` every call goes over REST to the URL's port.
 
 Differences in local mode (tests only), none of which changes the calls made:
 - Payload indexes have no effect and are not reported back (`payload_schema` is empty), so
@@ -35,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -77,6 +89,66 @@ from server.storage.chunk_index import (
 log = logging.getLogger(__name__)
 
 _UNAVAILABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+MIN_SERVER = (1, 16)
+"""The oldest Qdrant server that works: collection metadata (the model record) is 1.16's."""
+TESTED_SERVER = (1, 18)
+"""The Qdrant server minor version the test suite runs against (../shared/qdrant, 1.18.3)."""
+_VERSION = re.compile(r"(\d+)\.(\d+)")
+
+
+def server_client(
+    url: str,
+    *,
+    grpc_port: int,
+    prefer_grpc: bool = True,
+    api_key: str | None = None,
+    timeout: int | None = None,
+) -> QdrantClient:
+    """A client of the Qdrant server at `url` (its REST port) with gRPC on `grpc_port`.
+
+    qdrant-client's version check is off (see the module docstring: `check_server_version`
+    does it once per open instead of warning from a thread on every client)."""
+    return QdrantClient(
+        url=url,
+        grpc_port=grpc_port,
+        prefer_grpc=prefer_grpc,
+        api_key=api_key,
+        timeout=timeout,
+        check_compatibility=False,
+    )
+
+
+def version_verdict(version: str) -> tuple[bool, str | None]:
+    """(usable, what to log) for a Qdrant server of `version`: tested (nothing to say),
+    untested but within 1.x from MIN_SERVER (a warning), or refused (the reason)."""
+    tested = f"tested on {TESTED_SERVER[0]}.{TESTED_SERVER[1]}.x"
+    found = _VERSION.match(version)
+    if found is None:
+        return True, f"Qdrant server version {version!r} is not a version number ({tested})"
+    major_minor = (int(found[1]), int(found[2]))
+    if major_minor[:1] == TESTED_SERVER[:1] and major_minor >= MIN_SERVER:
+        if major_minor[1] == TESTED_SERVER[1]:
+            return True, None
+        return True, f"Qdrant server {version} is untested with Memoria ({tested}); it should work"
+    return False, (
+        f"Qdrant server {version} is not supported: Memoria needs {MIN_SERVER[0]}."
+        f"{MIN_SERVER[1]} or newer within {MIN_SERVER[0]}.x ({tested})"
+    )
+
+
+def check_server_version(client: QdrantClient) -> str:
+    """Ask the server its version; refuse an unsupported one (ChunkIndexError), warn for an
+    untested one. Returns the version."""
+    version = client.info().version
+    usable, message = version_verdict(version)
+    if not usable:
+        raise ChunkIndexError(message or version)
+    if message is not None:
+        log.warning("%s", message)
+    else:
+        log.info("Qdrant server %s", version)
+    return version
 
 
 def _filter(spec: FilterSpec) -> qm.Filter:
@@ -140,6 +212,8 @@ class QdrantServerChunkIndex:
             threading.Lock() if is_local else contextlib.nullcontext()
         )
         with self._lock, _unavailable_as_domain_error():
+            if not is_local:  # local mode reports the client's version: nothing to check
+                check_server_version(client)
             if not client.collection_exists(collection):
                 self._create()
             self._validate()

@@ -1,8 +1,9 @@
 """`memoria worker`: indexing in a process of its own, beside a server that does not index.
 
-Runs on the suite's PostgreSQL and the Qdrant stand-in (tests/qdrant_standin.py), the stores
-several processes can share. The worker is killed with SIGKILL while it embeds a 10-chunk
-turn; a new worker indexes the turn exactly once (10 chunks, no duplicates).
+Runs on the suite's PostgreSQL and the suite's real Qdrant server (a collection of this
+test's own), the stores several processes can share. The worker is killed with SIGKILL while
+it embeds a 10-chunk turn; a new worker indexes the turn exactly once (10 chunks, no
+duplicates).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
-from qdrant_client import QdrantClient
 
 from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
@@ -23,22 +23,19 @@ from server.storage.qdrant_server import QdrantServerChunkIndex
 from tests.api.conftest import shared_embedder
 from tests.api.test_lifecycle import MEMORIA, _env, _wait_for_port
 from tests.conftest import PgDatabase
-from tests.qdrant_standin import qdrant_standin
+from tests.qdrant_server import QdrantEndpoint
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.qdrant]
 WHO = [("x-memoria-tenant", "t-worker-process"), ("x-memoria-principal", "alice")]
 
 
 @pytest.fixture
-def stores(postgres: PgDatabase, tmp_path: Path) -> Iterator[dict[str, str]]:
-    (workdir := tmp_path / "qdrant").mkdir()
-    with qdrant_standin(workdir) as url:
-        yield {
-            "MEMORIA_DATABASE_URL": postgres.app_url,
-            "MEMORIA_QDRANT_URL": url,
-            "MEMORIA_QDRANT_COLLECTION": "worker_process_test",
-            "MEMORIA_LOG_LEVEL": "DEBUG",
-        }
+def stores(postgres: PgDatabase, qdrant: QdrantEndpoint, qdrant_collection: str) -> dict[str, str]:
+    return qdrant.env() | {
+        "MEMORIA_DATABASE_URL": postgres.app_url,
+        "MEMORIA_QDRANT_COLLECTION": qdrant_collection,
+        "MEMORIA_LOG_LEVEL": "DEBUG",
+    }
 
 
 @pytest.fixture
@@ -75,7 +72,10 @@ def wait_for_line(log: Path, needle: str, timeout: float = 60.0) -> None:
 
 
 def test_a_separate_worker_indexes_and_survives_a_kill_mid_turn(
-    stores: dict[str, str], processes: list[subprocess.Popen[bytes]], tmp_path: Path
+    stores: dict[str, str],
+    qdrant: QdrantEndpoint,
+    processes: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
 ) -> None:
     server_env = {**stores, "MEMORIA_INDEX_WORKER_THREADS": "0"}
     port_file, server_log = tmp_path / "port", tmp_path / "serve.log"
@@ -130,7 +130,7 @@ def test_a_separate_worker_indexes_and_survives_a_kill_mid_turn(
 
     embedder = shared_embedder()
     index = QdrantServerChunkIndex(
-        QdrantClient(url=stores["MEMORIA_QDRANT_URL"], prefer_grpc=True),
+        qdrant.client(),
         stores["MEMORIA_QDRANT_COLLECTION"],
         embedder.dimension,
         embedder.model_id,

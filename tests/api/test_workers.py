@@ -1,8 +1,8 @@
 """`memoria serve --workers 2`: two serving processes on one port (server/processes.py).
 
-The group runs on the suite's PostgreSQL and on the Qdrant stand-in (tests/qdrant_standin.py:
-Qdrant's gRPC API over qdrant-client's local mode), since the embedded stores allow one
-process and no Qdrant server runs here. Which process serves a connection is read from /proc:
+The group runs on the suite's PostgreSQL and the suite's real Qdrant server (a collection of
+this module's own, on the server's non-standard ports), since the embedded stores allow one
+process. Which process serves a connection is read from /proc:
 the server side of every established connection to the port is a socket that one of the
 children holds.
 """
@@ -31,7 +31,7 @@ from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
 from tests.api.test_lifecycle import MEMORIA, _env, _wait_for_port
 from tests.conftest import PgDatabase
-from tests.qdrant_standin import qdrant_standin
+from tests.qdrant_server import QdrantEndpoint
 
 GRACE_S = 2
 EXIT_TIMEOUT_S = GRACE_S + 20.0
@@ -40,9 +40,15 @@ MAX_CONNECTIONS = 32  # the kernel picks a child per connection: 32 all on one i
 
 
 @pytest.fixture(scope="module")
-def qdrant_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with qdrant_standin(tmp_path_factory.mktemp("qdrant")) as url:
-        yield url
+def qdrant_env(qdrant: QdrantEndpoint) -> Iterator[dict[str, str]]:
+    """The real server and a collection of this module's own, dropped at the end."""
+    collection = f"test_workers_{uuid.uuid4().hex[:8]}"
+    yield qdrant.env() | {"MEMORIA_QDRANT_COLLECTION": collection}
+    client = qdrant.client()
+    try:
+        client.delete_collection(collection)
+    finally:
+        client.close()
 
 
 @dataclass
@@ -126,8 +132,9 @@ def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
 
-def serve_two(port_file: Path, database_url: str, qdrant_url: str) -> list[str]:
-    """The command of a group of two on port 0."""
+def serve_two(port_file: Path, database_url: str, qdrant_url: str | None = None) -> list[str]:
+    """The command of a group of two on port 0 (without `qdrant_url`, the Qdrant server comes
+    from the environment)."""
     return [
         str(MEMORIA),
         "serve",
@@ -139,20 +146,19 @@ def serve_two(port_file: Path, database_url: str, qdrant_url: str) -> list[str]:
         str(port_file),
         "--database-url",
         database_url,
-        "--qdrant-url",
-        qdrant_url,
+        *(["--qdrant-url", qdrant_url] if qdrant_url else []),
     ]
 
 
 @pytest.fixture
-def group(tmp_path: Path, postgres: PgDatabase, qdrant_url: str) -> Iterator[Group]:
+def group(tmp_path: Path, postgres: PgDatabase, qdrant_env: dict[str, str]) -> Iterator[Group]:
     """`memoria serve --workers 2` on port 0 with a port file; always stopped at the end."""
     port_file = tmp_path / "port"
     log = tmp_path / "group.log"
-    env = _env() | {"MEMORIA_SHUTDOWN_GRACE_SECONDS": str(GRACE_S)}
+    env = _env() | qdrant_env | {"MEMORIA_SHUTDOWN_GRACE_SECONDS": str(GRACE_S)}
     with log.open("wb") as out:
         process = subprocess.Popen(
-            serve_two(port_file, postgres.app_url, qdrant_url),
+            serve_two(port_file, postgres.app_url),
             cwd=tmp_path,
             env=env,
             stdout=out,
@@ -180,6 +186,7 @@ def _who() -> list[tuple[str, str]]:
 
 
 @pytest.mark.postgres
+@pytest.mark.qdrant
 def test_two_processes_serve_one_port_on_shared_stores(group: Group) -> None:
     children = group.children()
     assert sorted(children) == [1, 2], group.output()
@@ -230,6 +237,7 @@ def test_two_processes_serve_one_port_on_shared_stores(group: Group) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.qdrant
 def test_a_killed_process_is_started_again(group: Group) -> None:
     victim = group.children()[1]
     os.kill(victim, signal.SIGKILL)
@@ -248,6 +256,7 @@ def test_a_killed_process_is_started_again(group: Group) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.qdrant
 def test_sigterm_drains_every_process_and_exits_zero(group: Group) -> None:
     children = group.children()
     watches = []

@@ -1,6 +1,10 @@
 """One contract over every ChunkIndex: the embedded Qdrant engine and a Qdrant server.
 
-The server adapter runs on qdrant-client's local mode, which takes the same calls as a server.
+The server adapter runs on a real Qdrant server (the session's, tests/qdrant_server.py: each
+test on a collection of its own) and on qdrant-client's local mode, which takes the same calls.
+Where the two differ (local mode ignores payload indexes and `is_tenant`; equal scores may come
+back in any order from the server), the tests assert only what both must do, and the server's
+own facts are checked on the server.
 Vectors are hand-made in 8 dimensions and keyword vectors are term counts under a stable hash,
 so each ranking asserted here follows from the data by hand.
 """
@@ -25,6 +29,7 @@ from pathlib import Path
 
 import pytest
 from qdrant_client import QdrantClient
+from qdrant_client import models as qm
 
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.keywords import KeywordEncoder
@@ -45,7 +50,12 @@ from server.storage.chunk_index import (
     turn_of_point,
 )
 from server.storage.qdrant_edge import QdrantEdgeChunkIndex
-from server.storage.qdrant_server import QdrantServerChunkIndex
+from server.storage.qdrant_server import (
+    QdrantServerChunkIndex,
+    check_server_version,
+    version_verdict,
+)
+from tests.qdrant_server import QdrantEndpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 8
@@ -100,41 +110,59 @@ def scope(
 
 @dataclass
 class Opener:
-    """Opens indexes of one adapter kind on one store, and closes them all at the end."""
+    """Opens indexes of one adapter kind on one store, and closes them all at the end.
+
+    Kinds: `edge` (the embedded engine), `local` (the server adapter on qdrant-client's local
+    mode, one shared client) and `server` (the server adapter on the session's real Qdrant
+    server, a client per index on this test's own collection)."""
 
     kind: str
     tmp_path: Path
     client: QdrantClient | None = None
+    endpoint: QdrantEndpoint | None = None
+    collection: str = "chunks"
     opened: list[ChunkIndex] = field(default_factory=list)
 
     def open(self, model_id: str = MODEL, dimension: int = DIM) -> ChunkIndex:
         index: ChunkIndex
         if self.kind == "edge":
             index = QdrantEdgeChunkIndex(self.tmp_path / "chunks", dimension, model_id)
+        elif self.kind == "server":
+            assert self.endpoint is not None
+            client = self.endpoint.client()
+            try:
+                index = QdrantServerChunkIndex(client, self.collection, dimension, model_id)
+            except Exception:
+                client.close()
+                raise
         else:
             assert self.client is not None
             with warnings.catch_warnings():
                 # Local mode warns (once per process) that payload indexes do nothing there.
                 warnings.filterwarnings("ignore", "Payload indexes have no effect", UserWarning)
-                index = QdrantServerChunkIndex(self.client, "chunks", dimension, model_id)
+                index = QdrantServerChunkIndex(self.client, self.collection, dimension, model_id)
         self.opened.append(index)
         return index
 
     def reopen(self, index: ChunkIndex, model_id: str = MODEL, dimension: int = DIM) -> ChunkIndex:
         """Open the same store again: the embedded store must be closed first (one owner);
-        the server index is left open, as its close would close the shared client."""
-        if self.kind == "edge":
+        the local-mode index is left open, as its close would close the shared client."""
+        if self.kind in ("edge", "server"):
             index.close()
         return self.open(model_id, dimension)
 
 
-@pytest.fixture(params=["edge", "server"])
+@pytest.fixture(params=["edge", "local", pytest.param("server", marks=pytest.mark.qdrant)])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    client = QdrantClient(location=":memory:") if request.param == "server" else None
-    opener = Opener(request.param, tmp_path, client)
+    opener = Opener(request.param, tmp_path)
+    if request.param == "local":
+        opener.client = QdrantClient(location=":memory:")
+    elif request.param == "server":
+        opener.endpoint = request.getfixturevalue("qdrant")
+        opener.collection = request.getfixturevalue("qdrant_collection")
     yield opener
     for index in opener.opened:
-        index.close()  # idempotent on both; the server index closes the shared client
+        index.close()  # idempotent on all; the local-mode index closes the shared client
 
 
 @pytest.fixture
@@ -418,6 +446,50 @@ def test_unreachable_server_is_store_unavailable(prefer_grpc: bool) -> None:
         assert raised.value.reason is ErrorReason.STORE_UNAVAILABLE
     finally:
         client.close()
+
+
+@pytest.mark.qdrant
+def test_the_real_server_keeps_the_tenant_index_and_the_idf_modifier(
+    qdrant: QdrantEndpoint, qdrant_collection: str
+) -> None:
+    """What local mode drops (payload indexes, `is_tenant`), the real server keeps."""
+    client = qdrant.client()
+    try:
+        QdrantServerChunkIndex(client, qdrant_collection, DIM, MODEL)
+        info = client.get_collection(qdrant_collection)
+        tenant = info.payload_schema["tenant_id"]
+        assert tenant.data_type == qm.PayloadSchemaType.KEYWORD
+        assert isinstance(tenant.params, qm.KeywordIndexParams)
+        assert tenant.params.is_tenant is True
+        assert {"principal_id", "conversation_id", "turn_key"} <= set(info.payload_schema)
+        sparse = (info.config.params.sparse_vectors or {})["keyword"]
+        assert sparse.modifier == qm.Modifier.IDF
+        assert check_server_version(client).startswith("1.18.")
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("version", "usable", "says"),
+    [
+        ("1.18.3", True, None),
+        ("1.18.0-rc1", True, None),
+        ("1.19.0", True, "untested"),
+        ("1.16.0", True, "untested"),
+        ("1.15.4", False, "not supported"),
+        ("2.0.0", False, "not supported"),
+        ("dev", True, "not a version number"),
+    ],
+)
+def test_server_versions_tested_untested_and_refused(
+    version: str, usable: bool, says: str | None
+) -> None:
+    verdict, message = version_verdict(version)
+    assert verdict is usable
+    if says is None:
+        assert message is None
+    else:
+        assert message is not None and says in message and "1.18.x" in message
 
 
 # --- The embedded engine only --------------------------------------------------------------

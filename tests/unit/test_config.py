@@ -223,6 +223,8 @@ def test_unknown_memoria_variables_are_reported_but_tooling_ones_are_not() -> No
         "MEMORIA_LISTEN": "127.0.0.1:1",
         "MEMORIA_TEST_PG_APP_URL": "x",
         "MEMORIA_REQUIRE_POSTGRES": "1",
+        "MEMORIA_REQUIRE_QDRANT": "1",
+        "MEMORIA_TEST_QDRANT_BIN": "/x/qdrant",
         "PATH": "/bin",
     }
     assert Settings.unknown_env(environ) == ["MEMORIA_LISTN"]
@@ -238,3 +240,36 @@ def test_embedded_page_token_key_survives_a_restart(tmp_path: Path) -> None:
     assert (tmp_path / "page-token.key").stat().st_mode & 0o777 == 0o600
     configured = Settings(data_dir=tmp_path, page_token_secret="x" * 32)
     assert page_token_key(configured) == b"x" * 32
+
+
+@pytest.mark.parametrize(
+    ("url", "grpc_port", "rest", "grpc"),
+    [
+        ("http://qdrant:6333", None, 6333, 6334),  # Qdrant's standard pair
+        ("http://127.0.0.1:16333", None, 16333, 16334),  # another pair: the URL's port + 1
+        ("https://q.example", None, 6333, 6334),  # no port: the standard pair
+        ("http://127.0.0.1:16333", 20001, 16333, 20001),  # given: used as is
+    ],
+)
+def test_qdrant_grpc_port_follows_the_url_unless_given(
+    url: str, grpc_port: int | None, rest: int, grpc: int
+) -> None:
+    settings = Settings(qdrant_url=url, qdrant_grpc_port=grpc_port)
+    assert (settings.qdrant_rest_port, settings.effective_qdrant_grpc_port) == (rest, grpc)
+    assert json.loads(settings.redacted())["effective_qdrant_grpc_port"] == grpc
+
+
+def test_qdrant_rest_only_is_explicit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORIA_QDRANT_PREFER_GRPC", "false")
+    monkeypatch.setenv("MEMORIA_QDRANT_GRPC_PORT", "7000")
+    settings = Settings(qdrant_url="http://qdrant:6333")
+    assert settings.qdrant_prefer_grpc is False
+    assert json.loads(settings.redacted())["effective_qdrant_grpc_port"] is None
+
+
+@pytest.mark.parametrize(
+    "url", ["qdrant:6333", "ftp://qdrant:6333", "http://:6333", "http://qdrant:99999"]
+)
+def test_a_qdrant_url_that_is_not_http_host_port_is_refused(url: str) -> None:
+    with pytest.raises(ValidationError, match="qdrant_url"):
+        Settings(qdrant_url=url)

@@ -1,0 +1,208 @@
+"""A real Qdrant server for the tests and the benchmarks, as they find or start it.
+
+Where from, in order:
+- MEMORIA_TEST_QDRANT_URL: a server the user runs (a container, another machine's), its REST
+  URL; its gRPC port is MEMORIA_TEST_QDRANT_GRPC_PORT, else the URL's port + 1 (Qdrant's own
+  layout, as the server's settings derive it). The tests share it and isolate themselves by
+  collection names of their own.
+- MEMORIA_TEST_QDRANT_BIN, else `../shared/qdrant/qdrant` beside the repository when present:
+  a Qdrant binary, started on loopback on free ports (Qdrant refuses port 0) with a scratch
+  storage directory, stopped with SIGTERM at the end.
+
+Qdrant is given one optimizer and one search thread: the test machines have 2 cores shared by
+everything else the suite runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from qdrant_client import QdrantClient
+
+from server.config import Settings
+from server.storage.qdrant_server import server_client
+from tests.postgres_server import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_BINARY = ROOT.parent / "shared" / "qdrant" / "qdrant"
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class QdrantEndpoint:
+    """Where a Qdrant server answers: its REST URL and its gRPC port."""
+
+    url: str
+    grpc_port: int
+
+    def client(self, *, prefer_grpc: bool = True) -> QdrantClient:
+        """A client as Memoria's own (server/app.py) makes one."""
+        return server_client(self.url, grpc_port=self.grpc_port, prefer_grpc=prefer_grpc)
+
+    def env(self) -> dict[str, str]:
+        """The MEMORIA_* settings that point a `memoria` process at this server."""
+        return {"MEMORIA_QDRANT_URL": self.url, "MEMORIA_QDRANT_GRPC_PORT": str(self.grpc_port)}
+
+
+def qdrant_binary() -> Path | None:
+    """The Qdrant binary to start: MEMORIA_TEST_QDRANT_BIN, else the shared one if present."""
+    given = os.environ.get("MEMORIA_TEST_QDRANT_BIN")
+    if given:
+        return Path(given)
+    return DEFAULT_BINARY if DEFAULT_BINARY.is_file() else None
+
+
+def given_endpoint() -> QdrantEndpoint | None:
+    """The server named by MEMORIA_TEST_QDRANT_URL (and _GRPC_PORT), if any."""
+    url = os.environ.get("MEMORIA_TEST_QDRANT_URL")
+    if not url:
+        return None
+    grpc_port = os.environ.get("MEMORIA_TEST_QDRANT_GRPC_PORT")
+    settings = Settings(qdrant_url=url, qdrant_grpc_port=int(grpc_port) if grpc_port else None)
+    return QdrantEndpoint(url, settings.effective_qdrant_grpc_port)
+
+
+@dataclass
+class QdrantProcess:
+    """One Qdrant server process on loopback, with its storage under `directory`. It can be
+    stopped, killed and started again on the same ports and storage."""
+
+    binary: Path
+    directory: Path
+    http_port: int = 0
+    grpc_port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.http_port:
+            self.http_port = free_port()
+        while not self.grpc_port or self.grpc_port == self.http_port:
+            self.grpc_port = free_port()
+
+    @property
+    def endpoint(self) -> QdrantEndpoint:
+        return QdrantEndpoint(f"http://127.0.0.1:{self.http_port}", self.grpc_port)
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "qdrant.log"
+
+    def start(self) -> QdrantEndpoint:
+        """Start the server and return once it reports ready (or raise with its log)."""
+        if not os.access(self.binary, os.X_OK):
+            raise RuntimeError(f"no executable Qdrant binary at {self.binary}")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "QDRANT__SERVICE__HOST": "127.0.0.1",
+            "QDRANT__SERVICE__HTTP_PORT": str(self.http_port),
+            "QDRANT__SERVICE__GRPC_PORT": str(self.grpc_port),
+            "QDRANT__STORAGE__STORAGE_PATH": str(self.directory / "storage"),
+            "QDRANT__STORAGE__SNAPSHOTS_PATH": str(self.directory / "snapshots"),
+            "QDRANT__STORAGE__PERFORMANCE__MAX_SEARCH_THREADS": "1",
+            "QDRANT__STORAGE__PERFORMANCE__MAX_OPTIMIZATION_THREADS": "1",
+            "QDRANT__TELEMETRY_DISABLED": "true",
+            "QDRANT__LOG_LEVEL": "WARN",
+        }
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [str(self.binary)],
+                cwd=self.directory,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C of pytest does not reach it first
+            )
+        self.wait_ready()
+        return self.endpoint
+
+    def wait_ready(self) -> None:
+        """Poll /readyz until it answers 200, within START_TIMEOUT_S."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        url = f"{self.endpoint.url}/readyz"
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"Qdrant exited at start:\n{self._log_tail()}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(url, timeout=1.0).status_code == 200:
+                    return
+            time.sleep(0.05)  # polling a starting server, bounded by the deadline
+        raise RuntimeError(f"Qdrant not ready after {START_TIMEOUT_S}s:\n{self._log_tail()}")
+
+    def stop(self) -> None:
+        """SIGTERM (Qdrant flushes and exits 0), then SIGKILL if it hangs."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL: an outage, not a shutdown."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-3000:]
+        except OSError:
+            return "(no log)"
+
+
+@contextlib.contextmanager
+def qdrant_process(directory: Path, binary: Path | None = None) -> Iterator[QdrantProcess]:
+    """A started Qdrant server of the caller's own (stopped at the end), from `binary` or
+    qdrant_binary(); RuntimeError when there is none or it does not start."""
+    binary = binary or qdrant_binary()
+    if binary is None:
+        raise RuntimeError(
+            f"no Qdrant binary: set MEMORIA_TEST_QDRANT_BIN (looked for {DEFAULT_BINARY})"
+        )
+    server = QdrantProcess(binary, directory)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def scratch_dir(fallback: Path) -> Iterator[Path]:
+    """A directory for a test server's storage, in memory (/dev/shm) where there is one:
+    Qdrant syncs every collection it creates, which costs 4x as much on a disk (measured:
+    ~0.2 s against ~0.05 s per collection); removed at the end. Else `fallback`."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield fallback
+        return
+    directory = Path(tempfile.mkdtemp(prefix="memoria-qdrant-", dir=shm))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def suite_qdrant(directory: Path) -> Iterator[QdrantEndpoint]:
+    """The suite's Qdrant server: the one MEMORIA_TEST_QDRANT_URL names, else one started
+    from the binary with its storage in memory or under `directory`."""
+    given = given_endpoint()
+    if given is not None:
+        yield given
+        return
+    with scratch_dir(directory) as storage, qdrant_process(storage) as server:
+        yield server.endpoint
