@@ -152,7 +152,7 @@ def test_secret_names_the_line_and_kind_never_the_secret(served: Served) -> None
 
 def test_other_field_violations_are_named(served: Served) -> None:
     served.script.rewrite = failure(
-        INVALID, "ERROR_REASON_INVALID_ARGUMENT", violations=[("text", "must be valid")]
+        INVALID, "ERROR_REASON_INVALID_ARGUMENT", violations=[("text", "must be valid.")]
     )
     result = served.adapter.execute("memory_rewrite", {"text": "x"})
     assert result.text.startswith("Not saved (ERROR_REASON_INVALID_ARGUMENT): text: must be valid.")
@@ -166,6 +166,7 @@ def test_other_field_violations_are_named(served: Served) -> None:
         ({"text": "a", "append": True}, "unknown argument(s): append"),
         ("{not json", "the arguments are not valid JSON"),
         ('["a"]', "the arguments must be a JSON object"),
+        ('{"text": "Name: \\ud800"}', "`text` contains an invalid character"),
     ],
 )
 def test_malformed_writes_make_no_call(served: Served, arguments: object, problem: str) -> None:
@@ -263,10 +264,18 @@ def test_search_without_max_turns_asks_for_the_server_default(served: Served) ->
 
 
 @pytest.mark.parametrize(
-    "arguments", [{}, {"query": ""}, {"query": "  "}, {"query": "a", "max_turns": 99}, {"q": "a"}]
+    "arguments",
+    [
+        {},
+        {"query": ""},
+        {"query": "  "},
+        {"query": "a", "max_turns": 99},
+        {"q": "a"},
+        '{"query": "\\udfff"}',
+    ],
 )
-def test_malformed_searches_make_no_call(served: Served, arguments: dict[str, object]) -> None:
-    result = served.adapter.execute("conversation_search", arguments)
+def test_malformed_searches_make_no_call(served: Served, arguments: object) -> None:
+    result = served.adapter.execute("conversation_search", arguments)  # type: ignore[arg-type]
     assert result.is_error and result.text.startswith("Not sent: ")
     assert served.script.searches == []
 
@@ -285,7 +294,7 @@ def test_search_outage_fails_loudly(served: Served) -> None:
 
 def test_refused_search_names_the_field(served: Served) -> None:
     served.script.search = failure(
-        INVALID, "ERROR_REASON_INVALID_ARGUMENT", violations=[("query", "at most 4,000")]
+        INVALID, "ERROR_REASON_INVALID_ARGUMENT", violations=[("query", "at most 4,000.")]
     )
     result = served.adapter.execute("conversation_search", {"query": "x"})
     assert (

@@ -320,9 +320,11 @@ def _search_failure(failure: _Failure) -> ToolResult:
         and failure.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
     ):
         return ToolResult(wording.SEARCH_UNAVAILABLE, is_error=True)
-    detail = "; ".join(f"{f}: {why}" for f, why in failure.violations) or failure.message
     return ToolResult(
-        wording.search_failed(failure.reason or failure.code.name, detail), is_error=True
+        wording.search_failed(
+            failure.reason or failure.code.name, failure.message, failure.violations
+        ),
+        is_error=True,
     )
 
 

@@ -66,6 +66,7 @@ def parse_rewrite(arguments: str | Mapping[str, object]) -> RewriteArguments:
     text = args["text"]
     if not isinstance(text, str):
         raise ArgumentError(f"`text` must be a string, not {_json_type(text)}")
+    _encodable("text", text)
     return RewriteArguments(text)
 
 
@@ -80,6 +81,7 @@ def parse_search(arguments: str | Mapping[str, object]) -> SearchArguments:
         raise ArgumentError(f"`query` must be a string, not {_json_type(query)}")
     if not query.strip():
         raise ArgumentError("`query` is empty")
+    _encodable("query", query)
     max_turns = args.get("max_turns")
     if "max_turns" not in args:
         return SearchArguments(query, None)
@@ -92,6 +94,17 @@ def parse_search(arguments: str | Mapping[str, object]) -> SearchArguments:
     if not 1 <= turns <= MAX_TURNS_LIMIT:
         raise ArgumentError(f"`max_turns` must be from 1 to {MAX_TURNS_LIMIT}, not {turns}")
     return SearchArguments(query, turns)
+
+
+def _encodable(name: str, value: str) -> None:
+    # JSON may escape a lone UTF-16 surrogate ("\ud800"), which no UTF-8 string can carry:
+    # the request could not even be encoded, so say so instead of failing in the stub.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ArgumentError(
+            f"`{name}` contains an invalid character (an unpaired surrogate escape)"
+        ) from None
 
 
 def _json_type(value: object) -> str:

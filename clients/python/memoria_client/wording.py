@@ -20,6 +20,11 @@ EMPTY_BLOCK = "Personal memory: empty (nothing is remembered about this person y
 DEFAULT_MAX_FAILED_WRITES = 3
 
 
+def _named(violations: Sequence[tuple[str, str]]) -> str:
+    """Field violations as one clause: 'text[line 2]: looks like an API key; ...'."""
+    return "; ".join(f"{field}: {why.rstrip('.')}" for field, why in violations)
+
+
 def chars(count: int, limit: int) -> str:
     """'1,234/4,000 characters', as in the rendered header."""
     return f"{count:,}/{limit:,} characters"
@@ -116,7 +121,7 @@ UNREACHABLE_WRITE = (
 
 def secret_detected(kinds: str, violations: Sequence[tuple[str, str]]) -> str:
     """SECRET_DETECTED: which lines hold a credential (never the credential itself)."""
-    where = "; ".join(f"{field}: {why}" for field, why in violations)
+    where = _named(violations)
     found = f" ({kinds})" if kinds else ""
     return (
         f"Not saved: the block contains a credential{found}"
@@ -128,7 +133,7 @@ def secret_detected(kinds: str, violations: Sequence[tuple[str, str]]) -> str:
 
 def rejected(reason: str, message: str, violations: Sequence[tuple[str, str]]) -> str:
     """Any other refused write, described from the server's ErrorInfo and BadRequest."""
-    detail = "; ".join(f"{field}: {why}" for field, why in violations) or message
+    detail = _named(violations) or message.rstrip(".")
     return (
         f"Not saved ({reason or 'error'}): {detail}. The stored block is unchanged. Fix what "
         "is named and call memory_rewrite again with the whole block, or tell the person it "
@@ -210,8 +215,9 @@ SEARCH_UNAVAILABLE = (
 )
 
 
-def search_failed(reason: str, detail: str) -> str:
+def search_failed(reason: str, message: str, violations: Sequence[tuple[str, str]]) -> str:
     """Any other refused search, from the server's ErrorInfo and BadRequest."""
+    detail = _named(violations) or message.rstrip(".")
     return f"Search failed ({reason or 'error'}): {detail}. Nothing was found."
 
 
