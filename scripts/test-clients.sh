@@ -3,6 +3,7 @@
 # `memoria serve` on the embedded default (fresh temporary data dir, 127.0.0.1, port 0), runs
 #   the TypeScript client test (clients/ts: node:test, Connect over gRPC),
 #   the Go client test (clients/go: go test, google.golang.org/grpc),
+#   the runnable examples (examples/python, examples/go, examples/ts),
 #   calls through server reflection with `buf curl`, and
 #   a bounded ghz run of each hot RPC's config in bench/ghz/,
 # then stops the server (also on failure, when it prints the server log's tail). Any failure
@@ -98,6 +99,24 @@ test -z "$(gofmt -l clients/go)" || {
 # -v shows each top-level test (and a skip's reason); the vectors' subtests only when they fail.
 (cd clients/go && go vet ./... && go test -count=1 -v ./... 2>&1 |
   grep -Ev '^(=== (RUN|PAUSE|CONT|NAME) |    --- PASS: )')
+
+echo "== examples/: Python (from the client package installed above), Go, TypeScript" >&2
+# Each renders the section, rewrites, indexes a turn with wait and searches, and exits non-zero
+# unless it saw what it wrote: the README points to these files, so they must keep working.
+(cd "$work" && "$work/client-venv/bin/python" "$root/examples/python/quickstart.py")
+test -z "$(gofmt -l examples/go)" || {
+  gofmt -l examples/go >&2
+  echo "gofmt: the files above need formatting" >&2
+  exit 1
+}
+(cd examples/go && go vet ./... && go run .)
+# npm ci wipes and reinstalls node_modules; only when the lock file changed since (as tools.sh).
+stamp=examples/ts/node_modules/.installed-package-lock.json
+if ! cmp -s examples/ts/package-lock.json "$stamp"; then
+  (cd examples/ts && npm ci --no-audit --no-fund --loglevel=error >&2)
+  cp examples/ts/package-lock.json "$stamp"
+fi
+(cd examples/ts && npm start --silent)
 
 echo "== buf curl through server reflection" >&2
 methods=$(curl_grpc --list-methods "$url")
