@@ -62,6 +62,7 @@ class Script:
     """What the fake server answers, and what it was asked."""
 
     section: str = ""
+    render: grpc.Status | None = None  # RenderMemoryBlock's refusal, if any
     rewrite: blocks_pb.RewriteMemoryBlockResponse | grpc.Status | None = None
     search: search_pb.SearchConversationsResponse | grpc.Status | None = None
     # IndexTurn's refusals, by conversation id (every other turn is accepted).
@@ -80,6 +81,8 @@ class Blocks(blocks_grpc.MemoryBlockServiceServicer):
         self, request: blocks_pb.RenderMemoryBlockRequest, context: grpc.ServicerContext
     ) -> blocks_pb.RenderMemoryBlockResponse:
         self.script.metadata.append(dict(context.invocation_metadata()))  # type: ignore[arg-type]
+        if self.script.render is not None:
+            context.abort_with_status(self.script.render)
         return blocks_pb.RenderMemoryBlockResponse(prompt_section=self.script.section)
 
     def RewriteMemoryBlock(

@@ -47,6 +47,22 @@ def test_section_without_a_block_says_nothing_is_remembered(served: Served) -> N
     assert section.endswith("\n\n" + wording.EMPTY_BLOCK)
 
 
+def test_an_unloadable_block_says_so_and_writes_wait_for_a_render(served: Served) -> None:
+    served.script.render = failure(grpc.StatusCode.UNAVAILABLE, "ERROR_REASON_STORE_UNAVAILABLE")
+    section = served.adapter.system_prompt_section()
+    assert section == base_system_prompt() + "\n\n" + wording.BLOCK_UNAVAILABLE
+    with pytest.raises(grpc.RpcError):
+        served.adapter.render_block()  # the bare render reports the failure as it is
+    refused = served.adapter.execute("memory_rewrite", {"text": "Preferred name: Ana"})
+    assert refused == ToolResult(wording.REWRITE_BLOCK_UNSEEN, is_error=True)
+    assert served.script.rewrites == []
+    served.script.render = None
+    served.adapter.system_prompt_section()
+    served.script.rewrite = saved_response("Preferred name: Ana", [], ["Preferred name: Ana"])
+    assert not served.adapter.execute("memory_rewrite", {"text": "Preferred name: Ana"}).is_error
+    assert len(served.script.rewrites) == 1
+
+
 def test_saved_write_lists_removed_and_added_lines_and_is_final(served: Served) -> None:
     served.script.rewrite = saved_response(
         "Preferred name: Ana B.\nLikes short answers",
@@ -122,6 +138,8 @@ INVALID = grpc.StatusCode.INVALID_ARGUMENT
         ),
         # A status without details: the service was not reached (a proxy, a dead connection).
         (failure(grpc.StatusCode.UNAVAILABLE), wording.UNREACHABLE_WRITE),
+        # Past the server's 1 MiB message limit, refused before any rule ran.
+        (failure(grpc.StatusCode.RESOURCE_EXHAUSTED), wording.too_long(None, None)),
     ],
 )
 def test_each_refusal_has_its_wording(served: Served, status: grpc.Status, expected: str) -> None:

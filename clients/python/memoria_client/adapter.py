@@ -134,6 +134,9 @@ class MemoriaTurnAdapter:
         self._timeout = timeout
         self._lock = threading.Lock()
         self._failed_writes = 0
+        # Set while the last section could not show the block: a rewrite would then replace
+        # a block the model has not seen, so writes are refused until a render succeeds.
+        self._block_unseen = False
         self._pending: list[grpc.Future[search_pb.IndexTurnResponse]] = []
 
     # The prompt.
@@ -149,9 +152,19 @@ class MemoriaTurnAdapter:
         """The memory part of the system prompt: the base instructions, then the block, last.
 
         Place it at the very end of the system prompt: the block changes when the model writes,
-        and whatever follows a change loses the provider's prompt cache.
+        and whatever follows a change loses the provider's prompt cache. If the block cannot be
+        loaded, the section says so and memory writes are refused (without a call) until a
+        later section loads it: a whole rewrite over an unseen block would erase it.
         """
-        block = self.render_block() or wording.EMPTY_BLOCK
+        try:
+            block = self.render_block() or wording.EMPTY_BLOCK
+            unseen = False
+        except grpc.RpcError as error:
+            failure = _decode(error)
+            _log.warning("RenderMemoryBlock failed: %s %s", failure.code.name, failure.reason)
+            block, unseen = wording.BLOCK_UNAVAILABLE, True
+        with self._lock:
+            self._block_unseen = unseen
         return f"{base_system_prompt()}\n\n{block}"
 
     # Turns.
@@ -225,6 +238,8 @@ class MemoriaTurnAdapter:
         with self._lock:
             if self._failed_writes >= self._max_failed:
                 return ToolResult(wording.refused_after_failures(self._max_failed), True)
+            if self._block_unseen:
+                return ToolResult(wording.REWRITE_BLOCK_UNSEEN, True)
         try:
             text = parse_rewrite(arguments).text
         except ArgumentError as error:
@@ -302,6 +317,9 @@ def _rewrite_failure(failure: _Failure) -> str:
         return wording.REWRITE_UNAUTHENTICATED
     if reason == INTERNAL:
         return wording.internal(failure.metadata.get("trace_id", ""))
+    if not reason and failure.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # Past the server's message size limit (1 MiB): far past any block limit.
+        return wording.too_long(None, None)
     if not reason and failure.code in (
         grpc.StatusCode.UNAVAILABLE,
         grpc.StatusCode.DEADLINE_EXCEEDED,

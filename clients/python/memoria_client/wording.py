@@ -16,6 +16,12 @@ SEARCH = "conversation_search"
 #: The line that follows the base section when the person has no block (or memory is off).
 EMPTY_BLOCK = "Personal memory: empty (nothing is remembered about this person yet)."
 
+#: The line that follows the base section when the block could not be loaded for this turn.
+BLOCK_UNAVAILABLE = (
+    "Personal memory: could not be loaded for this turn (the memory service did not answer). "
+    "Do not call memory_rewrite in this turn: it replaces the whole block, which you cannot see."
+)
+
 #: How many failed memory writes one turn may make before the adapter stops calling the server.
 DEFAULT_MAX_FAILED_WRITES = 3
 
@@ -110,6 +116,12 @@ WRITE_CONFLICT = (
 REWRITE_UNAUTHENTICATED = (
     "Not saved: this person's identity is not confirmed, so their memory cannot be written. "
     "Do not retry."
+)
+
+REWRITE_BLOCK_UNSEEN = (
+    "Not sent: the memory block could not be loaded into this prompt, so a rewrite would "
+    "replace a block you have not seen. Do not call memory_rewrite in this turn; tell the "
+    "person it could not be saved right now."
 )
 
 UNREACHABLE_WRITE = (
