@@ -49,6 +49,7 @@ from server.storage import migrate
 from server.storage.cache import CachedMemoryStore, PostgresChangeListener
 from server.storage.disk import FreeSpace, startup_refusal
 from server.storage.engine import create_store_engine, sqlite_url
+from server.storage.secret_detector import DetectSecretsDetector
 from server.storage.sql import SqlMemoryStore
 from server.storage.turns import SqlTurnStore
 from server.telemetry import Telemetry, setup_telemetry
@@ -330,7 +331,14 @@ def start(
     store = SqlMemoryStore(engine, space=space)
     telemetry.instrument_sql(store)
     reads, listener = build_read_cache(settings, store)
-    blocks = MemoryBlocks(telemetry.memory_store(reads), utc_now, char_limit=settings.char_limit)
+    # One credential detector for the block's refusal and the turns' redaction (thread-safe).
+    secrets_detector = DetectSecretsDetector()
+    blocks = MemoryBlocks(
+        telemetry.memory_store(reads),
+        utc_now,
+        char_limit=settings.char_limit,
+        secrets=secrets_detector,
+    )
     audit = AuditLog(store, PageTokens(page_token_key(settings)))
     parts = build_search_parts(
         settings, store, reads, embedder=embedder, index=index, telemetry=telemetry
@@ -350,6 +358,7 @@ def start(
         parts.indexer,
         utc_now,
         wake_worker=worker.wake,
+        secrets=secrets_detector,
     )
 
     health_servicer = health.HealthServicer()

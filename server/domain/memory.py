@@ -28,6 +28,7 @@ from server.domain.model import (
     Writer,
 )
 from server.domain.ports import Clock, MemoryStore
+from server.domain.secrets import SecretDetector, refuse_secrets
 from server.domain.text import diff_lines, lines_of, sanitize, sanitize_and_count, truncate_line
 
 R = TypeVar("R")
@@ -109,12 +110,22 @@ def new_etag() -> str:
 class MemoryBlocks:
     """The memory block operations for authenticated callers."""
 
-    def __init__(self, store: MemoryStore, clock: Clock, char_limit: int = DEFAULT_CHAR_LIMIT):
+    def __init__(
+        self,
+        store: MemoryStore,
+        clock: Clock,
+        char_limit: int = DEFAULT_CHAR_LIMIT,
+        *,
+        secrets: SecretDetector | None = None,
+    ):
+        """`secrets` finds credentials, which a rewrite may not contain (server/domain/secrets.py);
+        None checks nothing (unit tests of other rules)."""
         if char_limit <= 0:
             raise ValueError("char_limit must be positive")
         self._store = store
         self._clock = clock
         self._limit = char_limit
+        self._secrets = secrets
 
     @property
     def char_limit(self) -> int:
@@ -178,6 +189,8 @@ class MemoryBlocks:
                 raise _memory_disabled()
             if identical:
                 return None, RewriteResult(old, (), (), changed=False)
+            # Lines the stored block already has were checked when they were written.
+            refuse_secrets(self._secrets, new_text, known_lines=lines_of(old.text))
             now = self._clock()
             stored = StoredBlock(text=new_text, etag=new_etag(), update_time=now)
             diff = diff_lines(old.text, new_text)

@@ -41,6 +41,7 @@ from server.domain.model import (
     Writer,
 )
 from server.domain.ports import ChunkIndex, Clock, Embedder, MemoryStore, TurnBatch, TurnStore
+from server.domain.secrets import SecretDetector, redact_secrets
 from server.domain.text import sanitize
 
 log = logging.getLogger(__name__)
@@ -246,7 +247,10 @@ class ConversationSearch:
         clock: Clock,
         *,
         wake_worker: Callable[[], None] = lambda: None,
+        secrets: SecretDetector | None = None,
     ) -> None:
+        """`secrets` finds the credentials replaced in every turn before it is stored
+        (server/domain/secrets.py); None replaces nothing (unit tests of other rules)."""
         self._turns = turns
         self._index = index
         self._embedder = embedder
@@ -255,6 +259,7 @@ class ConversationSearch:
         self._indexer = indexer
         self._clock = clock
         self._wake_worker = wake_worker
+        self._secrets = secrets
 
     def index_turn(
         self,
@@ -274,7 +279,9 @@ class ConversationSearch:
         ]
         if turn_time is None:
             violations.append(FieldViolation("turn_time", "is required"))
-        text = turn_text(question, answer)
+        # Credentials are replaced before the turn is queued, so neither the queue nor the
+        # index nor a search result ever holds one.
+        text = redact_secrets(self._secrets, turn_text(question, answer))
         if not text:
             violations.append(
                 FieldViolation("question", "question and answer are both empty after sanitizing")
