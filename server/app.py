@@ -39,6 +39,7 @@ from server.rpc.auth import (
     load_jwks,
 )
 from server.rpc.interceptor import MemoriaInterceptor
+from server.rpc.limits import AdmissionInterceptor, Limits
 from server.rpc.reflection import enable_reflection
 from server.rpc.servicers import (
     AuditServicer,
@@ -295,6 +296,7 @@ class Running:
     telemetry: Telemetry
     _stopped: threading.Event
     monitor: HealthMonitor
+    admission: AdmissionInterceptor
 
     def stop(self, grace: float) -> None:
         """Report NOT_SERVING, drain in-flight calls for up to `grace` seconds, close stores."""
@@ -303,6 +305,7 @@ class Running:
         self._stopped.set()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
+        self.admission.stop()
         self.monitor.stop()  # before the stores close, so no probe reports them down
         self.worker.stop()
         self.telemetry.shutdown()  # flushes what is buffered (the outbox gauges read SQL)
@@ -376,9 +379,21 @@ def start(
     # and bench/sync_vs_aio.py measured the frameworks within about 15% of each other on a
     # no-op (sync ahead with one call in flight, aio ahead with 16). One code path, no event
     # loop around blocking drivers.
+    # Admission (server/rpc/limits.py): requests are received under a time bound on a pool
+    # large enough for the waiting, while at most `threads` calls execute at once (the
+    # measured optimum above); long-lived streams run on a pool of their own.
+    limits = Limits(
+        executing=settings.threads,
+        max_receiving=settings.max_receiving_calls,
+        max_streams=settings.max_streams,
+        receive_timeout=settings.receive_timeout_seconds,
+        stream_idle_timeout=settings.stream_idle_seconds,
+    )
+    admission = AdmissionInterceptor(limits)
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="rpc"),
+        futures.ThreadPoolExecutor(max_workers=limits.pool_threads, thread_name_prefix="rpc"),
         interceptors=[
+            admission,  # outermost: it wraps the handlers the others built
             *telemetry.interceptors(),
             MemoriaInterceptor(
                 build_authenticator(settings), on_store_unavailable=monitor.probe_soon
@@ -391,8 +406,16 @@ def start(
             # instead of silently sharing its traffic. On for `--workers N`, whose processes
             # all listen on the port (server/processes.py).
             ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
+            # One connection cannot hold more streams than this (HTTP/2 SETTINGS; a client
+            # queues its own calls beyond it), idle connections are closed, a connection must
+            # finish its handshake soon, and the number of connections is capped.
+            ("grpc.max_concurrent_streams", settings.max_streams_per_connection),
+            ("grpc.max_connection_idle_ms", int(settings.connection_idle_seconds * 1000)),
+            ("grpc.server_handshake_timeout_ms", int(settings.handshake_timeout_seconds * 1000)),
+            ("grpc.max_allowed_incoming_connections", settings.max_connections),
         ],
-        maximum_concurrent_rpcs=settings.threads * 64,
+        # A backstop above what admission lets wait: refusals are per connection before it.
+        maximum_concurrent_rpcs=limits.pool_threads + settings.max_streams,
     )
     memory_block_service_pb2_grpc.add_MemoryBlockServiceServicer_to_server(
         MemoryBlockServicer(blocks), server
@@ -407,6 +430,7 @@ def start(
     if port == 0:
         raise SystemExit(f"cannot listen on {settings.listen}")
     monitor.start()  # the first statuses come from a probe of the stores (server/health.py)
+    admission.start()
     server.start()
     worker.start()
     return Running(
@@ -420,4 +444,5 @@ def start(
         telemetry,
         threading.Event(),
         monitor,
+        admission,
     )

@@ -127,6 +127,29 @@ class Settings(BaseSettings):
     disk_min_free_percent: float = Field(
         5.0, ge=0, le=50, description="embedded: ... or below this share of the filesystem"
     )
+    # Admission limits (server/rpc/limits.py): no caller can starve the others.
+    receive_timeout_seconds: float = Field(
+        10, gt=0, le=300, description="a call's request must arrive in full within this long"
+    )
+    stream_idle_seconds: float = Field(
+        60, gt=0, le=3600, description="a reflection stream's next request must come this soon"
+    )
+    max_receiving_calls: int = Field(
+        256, ge=1, le=65536, description="calls waiting for their request before fair shares"
+    )
+    max_streams: int = Field(
+        32, ge=1, le=4096, description="long-lived streams (health Watch, reflection) at once"
+    )
+    max_streams_per_connection: int = Field(
+        64, ge=1, le=65536, description="HTTP/2 streams one connection may have open"
+    )
+    max_connections: int = Field(1024, ge=1, le=1_000_000, description="open connections")
+    connection_idle_seconds: float = Field(
+        300, gt=0, le=86400, description="a connection with no call for this long is closed"
+    )
+    handshake_timeout_seconds: float = Field(
+        10, gt=0, le=300, description="a new connection must finish its handshake this soon"
+    )
     log_level: str = "INFO"
 
     @model_validator(mode="after")

@@ -1,0 +1,301 @@
+"""Call admission: no caller, authenticated or not, can starve the others of the server.
+
+Why: grpc's sync server receives a unary call's request on a pool thread and waits for it
+there without a time limit. Four half-sent requests (headers and part of a body), or four
+reflection streams that send nothing, held the four handler threads, and every other caller's
+calls timed out; about 260 of them made everyone else get RESOURCE_EXHAUSTED; idle TCP
+connections were never closed (issue 16). The sync server stays (README, "Decisions"); this
+module changes what a waiting call costs and who pays when there are too many:
+
+- **Receiving is bounded in time.** Every method is served as a client-streaming one (the wire
+  is the same: a unary caller sends one message), so its behaviour starts at once and reads the
+  request itself, under `ReceiveBounds`: a request not received within `receive_timeout`
+  seconds is cancelled (the caller sees CANCELLED) and its thread is free again. A long-lived
+  stream's later messages get `stream_idle_timeout` each.
+- **Waiting costs a sleeping thread, not a handler slot.** The pool that receives is large
+  (`max_receiving` threads, made only when needed); executing Memoria work is held to
+  `executing` calls at once (MEMORIA_THREADS, the measured optimum for one process's GIL) by a
+  semaphore taken only once the request is in.
+- **Overload refuses the overloading connection.** While `max_receiving` calls are waiting for
+  their requests, a new call is refused at once with RESOURCE_EXHAUSTED if its connection
+  already holds at least its fair share of the waiting (`max_receiving` / connections waiting);
+  a connection with fewer (a well-behaved caller's requests arrive in microseconds, so it holds
+  none) is still let in, up to a hard ceiling of twice `max_receiving`. HTTP/2 itself caps one
+  connection's streams (`grpc.max_concurrent_streams`, set by the server), so a client must
+  open many connections to try, and idle ones are closed (app.py sets the channel arguments).
+- **Long-lived streams run on their own threads.** Health Watch and server reflection go to a
+  pool of their own (`max_streams` at once, then RESOURCE_EXHAUSTED), so they never occupy a
+  thread that serves calls, and a stream waiting for its next message is bounded as above.
+
+Each refusal is counted and logged at most once per `LOG_INTERVAL_SECONDS`, so a flood cannot
+flood the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import grpc
+
+log = logging.getLogger(__name__)
+
+LOG_INTERVAL_SECONDS = 60.0
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
+REAP_TICK_SECONDS = 0.25
+"""How often the reaper looks for requests past their bound (the bound's precision)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The admission limits (configured in server/config.py, documented in the README)."""
+
+    executing: int
+    max_receiving: int
+    max_streams: int
+    receive_timeout: float
+    stream_idle_timeout: float
+
+    @property
+    def pool_threads(self) -> int:
+        """Threads of the pool that receives and runs calls: every admitted waiting call has
+        one, and beyond that the executing calls and the refusals still find a free one."""
+        return 2 * self.max_receiving + self.executing + 4
+
+
+class ReceiveBounds:
+    """Cancels calls whose next request message has not arrived by their deadline.
+
+    One daemon thread for the process; a call registers before it reads and leaves when the
+    message is in (a dict insert and delete under a lock, about a microsecond).
+    """
+
+    def __init__(self, *, tick: float = REAP_TICK_SECONDS) -> None:
+        self._pending: dict[int, tuple[float, grpc.ServicerContext]] = {}
+        self._lock = threading.Lock()
+        self._tick = tick
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="receive-bounds", daemon=True)
+        self.cancelled = 0
+
+    def start(self) -> None:
+        """Start reaping."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop reaping (calls still waiting end with the server)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(self._tick + 1.0)
+
+    def receive(self, requests: Iterator[Any], context: grpc.ServicerContext, bound: float) -> Any:
+        """The next message of `requests`, or StopIteration; the call is cancelled if it does
+        not come within `bound` seconds."""
+        key = id(context)
+        with self._lock:
+            self._pending[key] = (time.monotonic() + bound, context)
+        try:
+            return next(requests)
+        finally:
+            with self._lock:
+                self._pending.pop(key, None)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._tick):
+            now = time.monotonic()
+            with self._lock:
+                late = [key for key, (deadline, _) in self._pending.items() if deadline <= now]
+                contexts = [self._pending.pop(key)[1] for key in late]
+            for context in contexts:
+                context.cancel()  # type: ignore[no-untyped-call]  # the waiting thread wakes
+            if contexts:
+                self.cancelled += len(contexts)
+                log.debug("cancelled %d calls whose request did not arrive", len(contexts))
+
+
+class _Throttled:
+    """A warning at most once per interval, with the count of what it stands for."""
+
+    def __init__(self, message: str) -> None:
+        self._message = message
+        self._count = 0
+        self._last = -LOG_INTERVAL_SECONDS
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            self._count += 1
+            now = time.monotonic()
+            if now - self._last < LOG_INTERVAL_SECONDS:
+                return
+            count, self._count, self._last = self._count, 0, now
+        log.warning("%s (%d since the last report)", self._message, count)
+
+
+class Admission:
+    """Counts the calls waiting for their request, per connection, and decides who waits."""
+
+    def __init__(self, limits: Limits) -> None:
+        self._limits = limits
+        self._waiting: Counter[str] = Counter()
+        self._total = 0
+        self._lock = threading.Lock()
+        self._refused = _Throttled("refused calls of connections holding too many unsent requests")
+
+    def enter(self, peer: str) -> bool:
+        """Admit a call of connection `peer` to wait for its request (False: refuse it)."""
+        limit = self._limits.max_receiving
+        with self._lock:
+            if self._total >= limit:
+                fair_share = limit / max(1, len(self._waiting))
+                if self._waiting[peer] >= fair_share or self._total >= 2 * limit:
+                    self._refused()
+                    return False
+            self._waiting[peer] += 1
+            self._total += 1
+            return True
+
+    def leave(self, peer: str) -> None:
+        """The call's request is in (or it ended)."""
+        with self._lock:
+            self._total -= 1
+            left = self._waiting[peer] - 1
+            if left:
+                self._waiting[peer] = left
+            else:
+                del self._waiting[peer]
+
+
+class AdmissionInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Serves every method under the limits (see the module docstring); outermost, so the
+    handlers it wraps are the ones the other interceptors built."""
+
+    def __init__(self, limits: Limits) -> None:
+        self._limits = limits
+        self.bounds = ReceiveBounds()
+        self._admission = Admission(limits)
+        self._executing = threading.BoundedSemaphore(limits.executing)
+        self._streams = threading.BoundedSemaphore(limits.max_streams)
+        self.stream_pool = futures.ThreadPoolExecutor(
+            max_workers=limits.max_streams + 2, thread_name_prefix="stream"
+        )
+        self._streams_refused = _Throttled("refused long-lived streams over the limit")
+        self._handlers: dict[str, Handler | None] = {}
+        self._handlers_lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the receive bounds' reaper."""
+        self.bounds.start()
+
+    def stop(self) -> None:
+        """Stop the reaper and the streams' pool (after the server stopped)."""
+        self.bounds.stop()
+        self.stream_pool.shutdown(wait=False, cancel_futures=True)
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        method: str = handler_call_details.method
+        try:
+            return self._handlers[method]
+        except KeyError:
+            pass
+        handler = continuation(handler_call_details)
+        wrapped = None if handler is None else self._wrap(handler)
+        with self._handlers_lock:
+            self._handlers[method] = wrapped
+        return wrapped
+
+    def _wrap(self, handler: Handler) -> Handler:
+        deserializer = handler.request_deserializer
+        serializer = handler.response_serializer
+        if handler.unary_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                self._unary(handler.unary_unary), deserializer, serializer
+            )
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                self._unary(handler.stream_unary, streaming=True), deserializer, serializer
+            )
+        if handler.unary_stream is not None:
+            behavior = self._stream(handler.unary_stream, streaming=False)
+        else:
+            assert handler.stream_stream is not None
+            behavior = self._stream(handler.stream_stream, streaming=True)
+        # grpc runs a behaviour carrying `experimental_thread_pool` on that pool.
+        behavior.experimental_thread_pool = self.stream_pool  # type: ignore[attr-defined]
+        return grpc.stream_stream_rpc_method_handler(behavior, deserializer, serializer)
+
+    def _first(self, requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        """The call's first request, received under the bound; None when it never came."""
+        peer = context.peer()
+        if not self._admission.enter(peer):
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "this connection holds too many requests that were never sent in full",
+            )
+        try:
+            return self.bounds.receive(requests, context, self._limits.receive_timeout)
+        except StopIteration:
+            return None
+        finally:
+            self._admission.leave(peer)
+
+    def _unary(self, inner: Callable[..., Any], *, streaming: bool = False) -> Callable[..., Any]:
+        def behavior(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+            if streaming:  # a client-streaming method reads its own requests, bounded
+                argument: Any = self._idle_bounded(requests, context, first=True)
+            else:
+                argument = self._first(requests, context)
+                if argument is None:
+                    context.abort(grpc.StatusCode.CANCELLED, "no request message arrived in time")
+            with self._executing:
+                return inner(argument, context)
+
+        return behavior
+
+    def _stream(self, inner: Callable[..., Any], *, streaming: bool) -> Callable[..., Any]:
+        def behavior(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+            if not self._streams.acquire(blocking=False):
+                self._streams_refused()
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"at most {self._limits.max_streams} long-lived streams at once",
+                )
+            try:
+                if streaming:
+                    yield from inner(self._idle_bounded(requests, context, first=True), context)
+                    return
+                request = self._first(requests, context)
+                if request is None:
+                    return
+                yield from inner(request, context)
+            finally:
+                self._streams.release()
+
+        return behavior
+
+    def _idle_bounded(
+        self, requests: Iterator[Any], context: grpc.ServicerContext, *, first: bool
+    ) -> Iterator[Any]:
+        """`requests`, each message bounded: the first by the receive timeout, later ones by
+        the stream idle timeout."""
+        if first:
+            request = self._first(requests, context)
+            if request is None:
+                return
+            yield request
+        while True:
+            try:
+                yield self.bounds.receive(requests, context, self._limits.stream_idle_timeout)
+            except StopIteration:
+                return

@@ -1,0 +1,77 @@
+"""Call admission (server/rpc/limits.py): fair shares of the waiting, and the receive bound."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from server.rpc.limits import Admission, Limits, ReceiveBounds
+
+LIMITS = Limits(
+    executing=4, max_receiving=10, max_streams=2, receive_timeout=1.0, stream_idle_timeout=5.0
+)
+
+
+def test_below_the_limit_every_connection_waits() -> None:
+    admission = Admission(LIMITS)
+    assert all(admission.enter("attacker") for _ in range(10))
+
+
+def test_at_the_limit_the_connection_holding_its_share_is_refused_not_the_others() -> None:
+    admission = Admission(LIMITS)
+    for _ in range(8):
+        assert admission.enter("attacker")
+    assert admission.enter("other")
+    assert admission.enter("other")
+    # 10 waiting over 2 connections: a share is 5; the attacker holds 8, "other" 2.
+    assert not admission.enter("attacker")
+    assert admission.enter("other")
+    assert admission.enter("victim")  # holds none: let in
+    for _ in range(8):
+        admission.leave("attacker")
+    assert admission.enter("attacker")  # waiting is below the limit again
+
+
+def test_twice_the_limit_refuses_everyone() -> None:
+    admission = Admission(LIMITS)
+    for peer in range(20):
+        assert admission.enter(f"p{peer}")
+    assert not admission.enter("victim")
+
+
+class FakeContext:
+    """The one method the reaper calls; `cancel` releases the blocked iterator."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+        self.cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        self.release.set()
+
+
+def _never_sent(release: threading.Event) -> Iterator[int]:
+    """A request stream whose message never comes: it ends when the call is cancelled."""
+    release.wait(30)
+    yield from ()
+
+
+def test_a_request_that_never_arrives_is_cancelled_within_its_bound() -> None:
+    bounds = ReceiveBounds(tick=0.05)
+    bounds.start()
+    try:
+        release = threading.Event()
+        context = FakeContext(release)
+        with pytest.raises(StopIteration):
+            bounds.receive(_never_sent(release), context, 0.2)  # type: ignore[arg-type]
+        assert context.cancelled.is_set()
+        assert bounds.cancelled == 1
+        # A request that is there is returned, and nothing is cancelled.
+        quick = FakeContext(threading.Event())
+        assert bounds.receive(iter([7]), quick, 0.2) == 7  # type: ignore[arg-type]
+        assert not quick.cancelled.is_set()
+    finally:
+        bounds.stop()
