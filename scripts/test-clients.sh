@@ -104,6 +104,15 @@ echo "== examples/: Python (from the client package installed above), Go, TypeSc
 # Each renders the section, rewrites, indexes a turn with wait and searches, and exits non-zero
 # unless it saw what it wrote: the README points to these files, so they must keep working.
 (cd "$work" && "$work/client-venv/bin/python" "$root/examples/python/quickstart.py")
+# That install has no mcp extra: its memoria-mcp must say what to install, in one line.
+if out=$("$work/client-venv/bin/memoria-mcp" --tenant t --principal p 2>&1 </dev/null); then
+  echo "memoria-mcp ran without the MCP SDK installed" >&2
+  exit 1
+fi
+[[ $out == "memoria mcp: the MCP SDK is not installed "*": pip install "* && $out != *Traceback* ]] || {
+  printf 'memoria-mcp without its mcp extra said:\n%s\n' "$out" >&2
+  exit 1
+}
 test -z "$(gofmt -l examples/go)" || {
   gofmt -l examples/go >&2
   echo "gofmt: the files above need formatting" >&2

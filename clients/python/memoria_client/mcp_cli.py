@@ -77,7 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Serve MCP as `args` say until the host closes stdio or the HTTP server is stopped."""
-    from memoria_client import mcp_server
+    try:
+        from memoria_client import mcp_server
+    except ImportError as error:  # the package installed without its mcp extra
+        sys.exit(
+            f"memoria mcp: the MCP SDK is not installed (no module {error.name!r}): "
+            "pip install -c requirements.lock './clients/python[mcp]'"
+        )
 
     token = os.environ.get("MEMORIA_MCP_TOKEN") or None
     if args.transport == "stdio":
