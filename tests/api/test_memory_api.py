@@ -169,6 +169,17 @@ INVISIBLE = {
     "byte_order_mark": "\ufeff",
     "soft_hyphen": "\u00ad",
     "nul": "\x00",
+    # Default-ignorable, not Cf (issue 16.6), and the braille blank outside braille.
+    "combining_grapheme_joiner": "\u034f",
+    "hangul_filler": "\u3164",
+    "hangul_choseong_filler": "\u115f",
+    "halfwidth_hangul_filler": "\uffa0",
+    "khmer_vowel_inherent_aq": "\u17b4",
+    "unassigned_default_ignorable": "\u2065",
+    "unassigned_specials": "\ufff0",
+    "unassigned_plane_14": "\U000e0080",
+    "braille_pattern_blank": "\u2800",
+    "zero_width_joiner_between_latin_letters": "\u200d",
 }
 
 
@@ -189,12 +200,12 @@ def test_invisible_characters_never_reach_get_or_render(me: Caller, char: str) -
 
 
 def test_all_invisible_characters_together_are_removed_and_not_counted(me: Caller) -> None:
-    text = "x" + "x".join(INVISIBLE.values()) + "x"  # six invisible characters, seven x's
+    text = "x" + "x".join(INVISIBLE.values()) + "x"  # an x between any two of them
 
     block = me.rewrite(text).memory_block
-    assert block.text == "xxxxxxx"
-    assert block.char_count == 7
-    assert me.render().char_count == 7
+    assert block.text == "x" * (len(INVISIBLE) + 1)
+    assert block.char_count == len(INVISIBLE) + 1
+    assert me.render().char_count == len(INVISIBLE) + 1
 
 
 def test_crlf_and_lone_cr_become_newlines(me: Caller) -> None:
@@ -203,6 +214,13 @@ def test_crlf_and_lone_cr_become_newlines(me: Caller) -> None:
     assert result.memory_block.text == "one\ntwo\nthree"
     assert list(result.added_lines) == ["one", "two", "three"]
     assert "\r" not in me.render().prompt_section
+
+
+def test_line_and_paragraph_separators_become_newlines(me: Caller) -> None:
+    result = me.rewrite("one\u2028two\u2029three\u2028")
+
+    assert result.memory_block.text == "one\ntwo\nthree"
+    assert list(result.added_lines) == ["one", "two", "three"]
 
 
 def test_unassigned_tag_block_code_points_are_removed(me: Caller) -> None:

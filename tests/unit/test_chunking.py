@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from server.domain import text as text_module
 from server.domain.chunking import CHUNK_CHARS, MAX_CHUNKS, split_text, split_turn, turn_text
 
 WORDS = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=0, max_size=60)
@@ -86,3 +87,33 @@ def test_truncation_keeps_a_prefix(text: str, max_chunks: int) -> None:
     assert text.startswith(turn.indexed_text)
     assert len(turn.chunks) <= max_chunks
     assert turn.truncated == (len(turn.indexed_text) < len(text))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            WORDS,
+            st.integers(min_value=1, max_value=900),  # each word repeated: long turns quickly
+            st.sampled_from([" ", "\n", "\r\n", "\u2028", "\u200b", ""]),
+        ),
+        max_size=40,
+    ),
+    WORDS,
+)
+def test_properties_at_the_real_limits(parts: list[tuple[str, int, str]], answer: str) -> None:
+    """A whole turn at the default limits: every chunk is at most CHUNK_CHARS code points of
+    sanitized text, at most MAX_CHUNKS of them, and they join back to the turn text (what is
+    cut off is reported, and only ever a suffix)."""
+    question = "".join((word + sep) * times for word, times, sep in parts)
+    turn = split_turn(question, answer)
+    text = turn_text(question, answer)
+    assert len(turn.chunks) <= MAX_CHUNKS
+    assert all(0 < len(chunk) <= CHUNK_CHARS for chunk in turn.chunks)
+    assert text.startswith(turn.indexed_text)
+    assert turn.truncated == (len(turn.indexed_text) < len(text))
+    assert not turn.truncated or len(turn.chunks) == MAX_CHUNKS
+    # Chunks are pieces of sanitized text: nothing invisible, no other line break than LF.
+    for chunk in turn.chunks:
+        assert not set(chunk) & {"\r", "\u2028", "\u200b"}
+        assert text_module._INVISIBLE.search(chunk) is None
