@@ -1,11 +1,12 @@
 """The personal memory block: get, render, rewrite, delete, and the memory settings.
 
 Rules (DESIGN 2): one sanitizer and one count for every path; the only edit is a whole
-rewrite; empty and over-limit rewrites are refused, never truncated; an identical rewrite is a
-no-op; the model's writes are last-write-wins while a settings screen can send an etag; a
-stored block over a lowered limit is still shown whole; every change appends its audit event
-in the same transaction (the store applies a write and its event atomically, only if the
-memory is still what the write was decided on); deleted content is never kept.
+rewrite; empty and over-limit rewrites are refused, never truncated, and so is one that
+contains a credential (server/domain/secrets.py); an identical rewrite is a no-op; the model's
+writes are last-write-wins while a settings screen can send an etag; a stored block over a
+lowered limit is still shown whole; every change appends its audit event in the same
+transaction (the store applies a write and its event atomically, only if the memory is still
+what the write was decided on); deleted content is never kept.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Conversation search: accepting turns, indexing them, searching, deleting and erasing.
 
-Rules (DESIGN 3): a finished turn is accepted durably and indexed by a background processor
-(or in the call, when the caller waits for it); its text is split without any LLM into at most
+Rules (DESIGN 3): a finished turn is accepted durably, with its credentials replaced by
+placeholders (server/domain/secrets.py), and indexed by a background processor (or in the
+call, when the caller waits for it); its text is split without any LLM into at most
 ten chunks of at most 4,000 characters; each chunk gets a semantic (dense, windowed) and a
 keyword (BM25) vector. A search runs both retrievals over the caller's own chunks, fuses them
 by reciprocal rank fusion and keeps the best chunk per turn. A deleted conversation is out of
