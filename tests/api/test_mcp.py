@@ -245,6 +245,21 @@ class McpHttp:
     api: Api
 
 
+def _wait_for_port(process: subprocess.Popen[bytes], port_file: Path, log: Path) -> int:
+    """The port the subprocess writes once it listens (bounded; fails fast if it exits)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        content = port_file.read_text().strip() if port_file.exists() else ""
+        if content.isdigit():
+            return int(content)
+        try:
+            code = process.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            continue
+        raise AssertionError(f"memoria mcp exited with {code}:\n{log.read_text()}")
+    raise AssertionError(f"no port file after {START_TIMEOUT_S}s:\n{log.read_text()}")
+
+
 @pytest.fixture
 def mcp_http(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[McpHttp]:
     settings = server_settings(
@@ -274,14 +289,8 @@ def mcp_http(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[McpHttp
                 stderr=subprocess.STDOUT,
             )
         try:
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while not (port_file.exists() and port_file.read_text()):
-                assert process.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, f"no port after {START_TIMEOUT_S}s"
-                # Waiting for a file the subprocess writes (no event to wait on across
-                # processes); the port is only the start signal, nothing depends on timing.
-                time.sleep(0.05)
-            yield McpHttp(f"http://127.0.0.1:{port_file.read_text()}/mcp", api)
+            port = _wait_for_port(process, port_file, log)
+            yield McpHttp(f"http://127.0.0.1:{port}/mcp", api)
         finally:
             process.terminate()
             try:
