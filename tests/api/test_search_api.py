@@ -1,9 +1,12 @@
-"""ConversationSearchService end to end: a real server (SQLite or PostgreSQL, embedded Qdrant),
-the real embedding model, called through the generated stubs."""
+"""ConversationSearchService end to end: a real server (SQLite or PostgreSQL with the embedded
+Qdrant engine, and PostgreSQL with the suite's real Qdrant server), the real embedding model,
+called through the generated stubs."""
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,12 +27,47 @@ from tests.api.conftest import (
     expect_error,
     field_violations,
     server_settings,
+    serving,
     shared_embedder,
     start_server,
 )
+from tests.conftest import SQL_KINDS
+from tests.qdrant_server import QdrantEndpoint
 
 WHEN = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
+
+
+QDRANT_SERVER = pytest.param("qdrant", marks=[pytest.mark.postgres, pytest.mark.qdrant])
+PURGE_TIMEOUT_S = 30.0
+
+
+@pytest.fixture(params=[*SQL_KINDS, QDRANT_SERVER])
+def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
+    """A server on SQLite or PostgreSQL with the embedded engine, or (`qdrant`) the production
+    pair: PostgreSQL and the suite's real Qdrant server, on a collection of this test's own."""
+    if request.param != "qdrant":
+        settings = server_settings(request.param, request, tmp_path)
+    else:
+        endpoint: QdrantEndpoint = request.getfixturevalue("qdrant")
+        settings = server_settings(
+            "postgres",
+            request,
+            tmp_path,
+            qdrant_url=endpoint.url,
+            qdrant_grpc_port=endpoint.grpc_port,
+            qdrant_collection=request.getfixturevalue("qdrant_collection"),
+        )
+    with serving(settings) as api:
+        yield api
+
+
+def wait_for_purge(api: Api, principal: str, conversation: str | None = None) -> None:
+    """Poll the index (bounded) until the background purge has removed the chunks."""
+    deadline = time.monotonic() + PURGE_TIMEOUT_S
+    while api.running.index.count(api.tenant, principal, conversation) != 0:
+        assert time.monotonic() < deadline, "the chunks were never purged"
+        time.sleep(0.05)  # polling the purge of the background worker, bounded
 
 
 def ts(value: datetime = WHEN) -> Timestamp:
@@ -265,6 +303,7 @@ def test_delete_is_audited_and_the_chunks_are_purged(api: Api) -> None:
     events = api.audit.ListAuditEvents(audit_pb.ListAuditEventsRequest(), metadata=ana).events
     assert events[0].action == audit_pb.AUDIT_ACTION_CONVERSATION_DELETED
     assert (events[0].conversation_id, events[0].deleted_turn_count) == ("trip", 1)
+    wait_for_purge(api, "ana", "trip")
 
 
 def test_erase_own_data(api: Api) -> None:
@@ -282,6 +321,8 @@ def test_erase_own_data(api: Api) -> None:
     assert (erased.removed_line_count, erased.deleted_turn_count) == (2, 1)
     assert search(api, ana, "Graz") == []
     assert [h.turn_id for h in search(api, api.who("bob"), "Graz")] == ["t1"]
+    wait_for_purge(api, "ana")
+    assert api.running.index.count(api.tenant, "bob") == 1
     block = blocks.GetMemoryBlock(block_service_pb.GetMemoryBlockRequest(), metadata=ana)
     assert block.memory_block.text == ""
     events = api.audit.ListAuditEvents(audit_pb.ListAuditEventsRequest(), metadata=ana).events
