@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as blocks_pb
 from memoria_client import MemoriaTurnAdapter, base_system_prompt, load_tools, wording
 from tests.api.conftest import Api
@@ -117,8 +118,10 @@ def test_a_scripted_model_remembers_an_account_and_finds_the_earlier_conversatio
     # Turn 3: three failed writes, then the fourth is refused without reaching the server.
     empty = adapter.execute(*call("memory_rewrite", text="  \u200b  "))
     assert empty.text.startswith(wording.BLOCK_EMPTY)
+    before = counting.calls["RewriteMemoryBlock"]
     malformed = adapter.execute("memory_rewrite", json.dumps({"lines": ["x"]}))
     assert malformed.text.startswith("Not sent: unknown argument(s): lines.")
+    assert counting.calls["RewriteMemoryBlock"] == before  # answered without a call
     over = adapter.execute(*call("memory_rewrite", text="y" * 4001))
     assert over.text.endswith("(Failed memory writes this turn: 3 of 3; no more will be sent.)")
     sent = counting.calls["RewriteMemoryBlock"]
@@ -129,3 +132,31 @@ def test_a_scripted_model_remembers_an_account_and_finds_the_earlier_conversatio
     stored = api.blocks.GetMemoryBlock(blocks_pb.GetMemoryBlockRequest(), metadata=who)
     assert stored.memory_block.text == trimmed
     assert adapter.flush(timeout=30) == 0
+
+
+def test_memory_off_and_an_unconfirmed_identity_read_as_the_design_says(api: Api) -> None:
+    who = api.who("ben")
+    adapter = MemoriaTurnAdapter(api.channel, who)
+    saved = adapter.execute(*call("memory_rewrite", text="Preferred name: Ben"))
+    assert not saved.is_error
+    again = adapter.execute(*call("memory_rewrite", text="Preferred name: Ben"))
+    assert again.text == wording.unchanged(19, 4000)
+
+    # The person turns memory off: no section, writes refused for good, nothing indexed.
+    api.blocks.UpdateMemorySettings(
+        blocks_pb.UpdateMemorySettingsRequest(memory_enabled=False, writer=block_pb.WRITER_USER),
+        metadata=who,
+    )
+    assert adapter.system_prompt_section().endswith("\n\n" + wording.EMPTY_BLOCK)
+    refused = adapter.execute(*call("memory_rewrite", text="Preferred name: Benjamin"))
+    assert refused.is_error
+    assert refused.text.startswith(wording.MEMORY_DISABLED)
+    found = adapter.execute(*call("conversation_search", query="Ben"))
+    assert found.text == wording.no_hits("Ben")
+
+    # No identity at all: the search is an empty result, the write a clear refusal.
+    nobody = MemoriaTurnAdapter(api.channel, [])
+    search = nobody.execute(*call("conversation_search", query="Ben"))
+    assert (search.text, search.is_error) == (wording.SEARCH_UNAUTHENTICATED, False)
+    write = nobody.execute(*call("memory_rewrite", text="Preferred name: Ben"))
+    assert write.is_error and write.text.startswith(wording.REWRITE_UNAUTHENTICATED)
