@@ -68,6 +68,12 @@ QUERY_MAX_CHARS = 4000
 MAX_INDEX_ATTEMPTS = 8
 """A turn that fails this many times is recorded as failed and no longer retried."""
 MAX_RETRY_DELAY = timedelta(minutes=5)
+OUTAGE_RETRY_DELAY = timedelta(seconds=30)
+"""The longest a turn waits between tries while the chunk index is unreachable
+(STORE_UNAVAILABLE). An outage is not the turn's fault: it never makes a turn give up (with
+MAX_INDEX_ATTEMPTS alone, an outage of about four minutes, 2+4+...+128 s of retries, marked
+every waiting turn failed for good), and the short cap has the backlog indexed soon after
+the store is back."""
 
 
 class TurnOutcome(enum.Enum):
@@ -224,11 +230,13 @@ class Indexer:
         attempts = turn.attempts + 1
         # Only the exception type: messages of storage errors may quote the turn's text.
         reason = type(error).__name__
-        if attempts >= self._max_attempts:
+        outage = isinstance(error, MemoriaError) and error.reason is ErrorReason.STORE_UNAVAILABLE
+        if attempts >= self._max_attempts and not outage:
             log.error("turn %s failed %d times (%s); giving up", turn.row_id, attempts, reason)
             batch.failed(turn, reason, None)
             return
-        delay = min(timedelta(seconds=2**attempts), MAX_RETRY_DELAY)
+        cap = OUTAGE_RETRY_DELAY if outage else MAX_RETRY_DELAY
+        delay = min(timedelta(seconds=2 ** min(attempts, 16)), cap)
         jitter = timedelta(seconds=random.uniform(0, delay.total_seconds() / 4))
         log.warning("turn %s failed (%s); retry %d in %s", turn.row_id, reason, attempts, delay)
         batch.failed(turn, reason, self._clock() + delay + jitter)

@@ -1,5 +1,6 @@
 """The indexer's retry policy: a failing index costs attempts with growing delays, a turn
-that keeps failing is recorded as failed, and a recovered index takes the turn once.
+that keeps failing is recorded as failed (an unreachable index never makes it give up), and a
+recovered index takes the turn once.
 
 Runs the domain's `Indexer` over the real SQLite turn queue and the real embedded chunk index;
 only the embedder is a small deterministic stand-in (the model itself is tested in
@@ -19,7 +20,7 @@ from sqlalchemy import select
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.keywords import KeywordEncoder
 from server.domain.model import IndexedChunk, NewTurn, TurnKey
-from server.domain.search import MAX_INDEX_ATTEMPTS, Indexer
+from server.domain.search import MAX_INDEX_ATTEMPTS, OUTAGE_RETRY_DELAY, Indexer
 from server.storage import migrate
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.qdrant_edge import QdrantEdgeChunkIndex
@@ -51,12 +52,15 @@ class FlakyIndex(QdrantEdgeChunkIndex):
     """The real embedded index, failing its writes while `down` is set."""
 
     down = False
+    unavailable = False
 
     def upsert_turn(
         self, key: TurnKey, turn_time: datetime, chunks: Sequence[IndexedChunk]
     ) -> None:
         if self.down:
             raise ConnectionError("index unavailable")
+        if self.unavailable:  # what a Qdrant server that cannot be reached raises
+            raise MemoriaError(ErrorReason.STORE_UNAVAILABLE, "the index is unavailable")
         super().upsert_turn(key, turn_time, chunks)
 
 
@@ -130,6 +134,24 @@ def test_a_turn_that_keeps_failing_is_recorded_as_failed(parts) -> None:  # type
     turns.accept_turn(NewTurn(KEY, "a turn about herons", T0, clock.now))
     assert indexer.index_now(KEY)
     assert row(store)[:2] == ("indexed", 0)
+
+
+def test_an_unreachable_index_never_uses_up_a_turn(parts) -> None:  # type: ignore[no-untyped-def]
+    """STORE_UNAVAILABLE is an outage, not the turn's fault: retried at most OUTAGE_RETRY_DELAY
+    apart however long it lasts, and indexed once the index is back."""
+    indexer, turns, index, clock, store = parts
+    turns.accept_turn(NewTurn(KEY, "a turn about herons", T0, T0))
+    index.unavailable = True
+    for _ in range(3 * MAX_INDEX_ATTEMPTS):
+        assert indexer.run_once(10) == 1
+        status, _, error, due = row(store)
+        assert (status, error) == ("pending", "MemoriaError")
+        assert due - clock.now <= OUTAGE_RETRY_DELAY * 1.25  # the cap and its jitter
+        clock.now = due
+    index.unavailable = False
+    assert indexer.run_once(10) == 1
+    assert row(store)[:3] == ("indexed", 0, None)
+    assert index.count("t", "ana", "c1") == 1
 
 
 def test_waiting_for_a_turn_the_index_refuses_reports_unavailable(parts) -> None:  # type: ignore[no-untyped-def]
