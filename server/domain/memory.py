@@ -29,7 +29,7 @@ from server.domain.model import (
     Writer,
 )
 from server.domain.ports import Clock, MemoryStore
-from server.domain.secrets import SecretDetector, refuse_secrets
+from server.domain.secrets import SecretDetector, redact_lines, refuse_secrets
 from server.domain.text import diff_lines, lines_of, sanitize, sanitize_and_count, truncate_line
 
 R = TypeVar("R")
@@ -200,7 +200,12 @@ class MemoryBlocks:
                 action=AuditAction.BLOCK_REWRITTEN,
                 writer=writer,
                 create_time=now,
-                removed_lines=tuple(truncate_line(x, AUDIT_LINE_CHARS) for x in diff.removed),
+                # A block stored before credentials were refused may still hold one: the
+                # audit keeps the lines a rewrite removes, so those are redacted first.
+                removed_lines=tuple(
+                    truncate_line(x, AUDIT_LINE_CHARS)
+                    for x in redact_lines(self._secrets, diff.removed)
+                ),
                 added_lines=tuple(truncate_line(x, AUDIT_LINE_CHARS) for x in diff.added),
                 removed_line_count=len(diff.removed),
                 added_line_count=len(diff.added),

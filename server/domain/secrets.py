@@ -113,3 +113,11 @@ def redact_secrets(detector: SecretDetector | None, text: str) -> str:
         position = end
     parts.append(text[position:])
     return "".join(parts)
+
+
+def redact_lines(detector: SecretDetector | None, lines: Sequence[str]) -> tuple[str, ...]:
+    """`redact_secrets` over lines (one scan for all of them); a credential spanning lines (a
+    private key) leaves one line with its placeholder."""
+    if detector is None or not lines:
+        return tuple(lines)
+    return tuple(redact_secrets(detector, "\n".join(lines)).split("\n"))

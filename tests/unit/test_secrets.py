@@ -189,3 +189,14 @@ def test_redaction_removes_every_credential_from_any_mix(lines: list[str]) -> No
     for line in ORDINARY:
         if line in lines:
             assert line in redacted
+
+
+def test_the_audit_of_removing_a_credential_stored_before_the_rule_redacts_it() -> None:
+    store = InMemoryMemoryStore()
+    MemoryBlocks(store, lambda: NOW).rewrite(WHO, "Name: Ana\npassword: hunter2", Writer.USER)
+    blocks = MemoryBlocks(store, lambda: NOW, secrets=DETECTOR)
+    result = blocks.rewrite(WHO, "Name: Ana", Writer.USER)
+    assert result.removed_lines == ("password: hunter2",)  # the caller's own diff
+    events = [event for _, event in store.audit]
+    assert events[-1].removed_lines == ("password: [redacted: password]",)
+    assert "hunter2" not in repr(events[-1])
