@@ -200,3 +200,18 @@ def test_the_audit_of_removing_a_credential_stored_before_the_rule_redacts_it() 
     events = [event for _, event in store.audit]
     assert events[-1].removed_lines == ("password: [redacted: password]",)
     assert "hunter2" not in repr(events[-1])
+
+
+def test_the_regex_engine_matches_what_the_plugins_own_patterns_match() -> None:
+    """The adapter runs detect-secrets' patterns on `regex` for speed; the matches must be the
+    ones the library's `re` patterns give."""
+    texts = [t for t, _, _ in CREDENTIALS] + ORDINARY
+    compared = 0
+    for _, plugin, _, patterns in DETECTOR._plugins:
+        for original, compiled in zip(plugin.denylist, patterns, strict=True):
+            for text in texts:
+                assert [m.span() for m in original.finditer(text)] == [
+                    m.span() for m in compiled.finditer(text)
+                ], (original.pattern, text)
+                compared += 1
+    assert compared > 20 * len(texts)
