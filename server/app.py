@@ -205,7 +205,12 @@ def build_chunk_index(settings: Settings, embedder: Embedder) -> ChunkIndex:
     # same at every later open: `memoria worker`, each process of `--workers N`).
     try:
         return QdrantServerChunkIndex(
-            client, settings.qdrant_collection, embedder.dimension, embedder.model_id
+            client,
+            settings.qdrant_collection,
+            embedder.dimension,
+            embedder.model_id,
+            shard_number=settings.qdrant_shard_number,
+            replication_factor=settings.qdrant_replication_factor,
         )
     except MemoriaError as error:  # STORE_UNAVAILABLE: the driver's error is its cause
         client.close()

@@ -71,6 +71,14 @@ class Settings(BaseSettings):
     qdrant_prefer_grpc: bool = Field(
         True, description="false: REST only (the URL's port), e.g. behind an HTTP-only proxy"
     )
+    # Used only when Memoria creates the collection (a cluster: README "Running on a Qdrant
+    # server or cluster"); unset, the server's defaults (one shard per node, one replica).
+    qdrant_shard_number: int | None = Field(
+        None, ge=1, le=1024, description="shards of a new collection; unset: the server's"
+    )
+    qdrant_replication_factor: int | None = Field(
+        None, ge=1, le=16, description="copies of each shard of a new collection on a cluster"
+    )
     index_worker_threads: int = Field(
         1, ge=0, le=64, description="indexing threads in this process; 0: run `memoria worker`"
     )

@@ -83,12 +83,22 @@ class QdrantProcess:
     http_port: int = 0
     grpc_port: int = 0
     process: subprocess.Popen[bytes] | None = None
+    cluster: bool = False
+    """A node of a cluster: a p2p port, and `bootstrap` (the first node's p2p URL) unless it
+    is the first."""
+    p2p_port: int = 0
+    bootstrap: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.http_port:
-            self.http_port = free_port()
-        while not self.grpc_port or self.grpc_port == self.http_port:
-            self.grpc_port = free_port()
+        taken: set[int] = set()
+        for name in ("http_port", "grpc_port", *(("p2p_port",) if self.cluster else ())):
+            while not getattr(self, name) or getattr(self, name) in taken:
+                setattr(self, name, free_port())
+            taken.add(getattr(self, name))
+
+    @property
+    def p2p_url(self) -> str:
+        return f"http://127.0.0.1:{self.p2p_port}"
 
     @property
     def endpoint(self) -> QdrantEndpoint:
@@ -115,9 +125,18 @@ class QdrantProcess:
             "QDRANT__TELEMETRY_DISABLED": "true",
             "QDRANT__LOG_LEVEL": "WARN",
         }
+        command = [str(self.binary)]
+        if self.cluster:
+            env |= {
+                "QDRANT__CLUSTER__ENABLED": "true",
+                "QDRANT__CLUSTER__P2P__PORT": str(self.p2p_port),
+            }
+            command += ["--uri", self.p2p_url]
+            if self.bootstrap is not None:
+                command += ["--bootstrap", self.bootstrap]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [str(self.binary)],
+                command,
                 cwd=self.directory,
                 env=env,
                 stdout=out,
@@ -178,6 +197,32 @@ def qdrant_process(directory: Path, binary: Path | None = None) -> Iterator[Qdra
         yield server
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def qdrant_cluster(directory: Path, nodes: int = 3) -> Iterator[list[QdrantProcess]]:
+    """A cluster of `nodes` Qdrant servers on loopback (each waited for before the next, as
+    Qdrant's docs ask), storage under `directory`; every node stopped at the end."""
+    binary = qdrant_binary()
+    if binary is None:
+        raise RuntimeError(
+            f"no Qdrant binary: set MEMORIA_TEST_QDRANT_BIN (looked for {DEFAULT_BINARY})"
+        )
+    started: list[QdrantProcess] = []
+    try:
+        for i in range(nodes):
+            node = QdrantProcess(
+                binary,
+                directory / f"node{i}",
+                cluster=True,
+                bootstrap=started[0].p2p_url if started else None,
+            )
+            started.append(node)
+            node.start()
+        yield started
+    finally:
+        for node in reversed(started):
+            node.stop()
 
 
 @contextlib.contextmanager

@@ -207,10 +207,21 @@ class QdrantServerChunkIndex:
     """
 
     def __init__(
-        self, client: QdrantClient, collection: str, dimension: int, model_id: str
+        self,
+        client: QdrantClient,
+        collection: str,
+        dimension: int,
+        model_id: str,
+        *,
+        shard_number: int | None = None,
+        replication_factor: int | None = None,
     ) -> None:
+        """`shard_number` and `replication_factor` apply when this creates the collection
+        (None: the server's defaults); an existing collection keeps its own."""
         self._client = client
         self._collection = collection
+        self._shard_number = shard_number
+        self._replication_factor = replication_factor
         self._dimension = dimension
         self._record = ModelRecord(model_id=model_id, dimension=dimension)
         # Local mode (tests) is not thread-safe; a server client is, and must not be serialized.
@@ -241,6 +252,8 @@ class QdrantServerChunkIndex:
                 sparse_vectors_config={
                     KEYWORD_VECTOR: qm.SparseVectorParams(modifier=qm.Modifier.IDF)
                 },
+                shard_number=self._shard_number,
+                replication_factor=self._replication_factor,
                 metadata=self._record.to_json(),
             )
         except Exception:
