@@ -40,6 +40,18 @@ Differences in local mode (tests only), none of which changes the calls made:
   on a real server the client is thread-safe and no lock is taken.
 - The IDF modifier and MAX_SIM multivectors are supported by local mode and score like the
   server (the contract tests check ranking, not exact scores).
+
+What the real server (1.18.3, tests/qdrant_server.py) showed beyond local mode:
+- The payload indexes and `is_tenant` are kept and read back (`payload_schema`), so they are
+  created once; server-side grouping, IDF and MAX_SIM give the rankings the contract suite
+  expects, the same as local mode and the embedded engine.
+- Points with equal scores may come back in another order from one run to the next; nothing
+  here depends on the order of ties (nor do the tests).
+- A server that went away and came back stayed unreachable for as long as gRPC's reconnect
+  backoff (up to 120 s by default): capped here (RECONNECT_BACKOFF_MS).
+- On a three-node cluster with replication factor 2, writes with `wait=True` and searches
+  through a surviving node kept succeeding while another node was down, and the node caught
+  up after its restart (tests/api/test_qdrant_cluster.py).
 """
 
 from __future__ import annotations
