@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from server.domain.ids import identity_value_problem
 from server.domain.memory import DEFAULT_CHAR_LIMIT
 
 AuthMode = Literal["auto", "jwt", "trusted-headers"]
@@ -169,6 +170,9 @@ class Settings(BaseSettings):
                 "jwt authentication needs MEMORIA_JWT_HS256_SECRET, MEMORIA_JWT_PUBLIC_KEY_FILE "
                 "or MEMORIA_JWT_JWKS_FILE (trusted-headers is the default only on loopback)"
             )
+        problem = identity_value_problem(self.admin_role)
+        if problem is not None:  # a role no credential could carry: nobody would be admin
+            raise ValueError(f"admin_role {problem} (the identity rule, server/domain/ids.py)")
         if self.qdrant_url is not None:
             try:
                 parts = urlsplit(self.qdrant_url)

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from server.config import Settings
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.ids import IDENTITY_MAX_CHARS, identity_value_problem
 from server.domain.model import Identity
@@ -136,3 +137,13 @@ def test_jwt_claims_give_a_valid_identity_or_unauthenticated(
         return
     identity_follows_the_rule(identity)
     assert (identity.tenant_id, identity.principal_id) == (tenant, sub)
+
+
+@pytest.mark.parametrize("role", ["", " admin", "admin\t", "r\u00f4le", "r" * 257])
+def test_an_admin_role_no_credential_could_carry_is_refused_at_start(role: str) -> None:
+    with pytest.raises(ValueError, match="admin_role"):
+        Settings(listen="127.0.0.1:0", admin_role=role)
+
+
+def test_the_default_admin_role_follows_the_rule() -> None:
+    assert identity_value_problem(Settings(listen="127.0.0.1:0").admin_role) is None
