@@ -7,14 +7,21 @@ refused with STORAGE_FULL (RESOURCE_EXHAUSTED), reads and search keep working, h
 overall entry turns NOT_SERVING while each service stays SERVING, the process stays up; the
 file removed, everything resumes by itself. A restart while the disk is short refuses in one
 line, without a traceback.
+
+On PostgreSQL (a cluster of the test's own on a small tmpfs, filled the same way) a write the
+database cannot make room for answers STORAGE_FULL too, and writes resume once space returns.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
@@ -27,7 +34,15 @@ from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
+from server.domain.errors import ErrorReason, MemoriaError
+from server.domain.memory import MemoryBlocks
+from server.domain.model import Identity, Writer
+from server.storage import migrate
+from server.storage.engine import create_store_engine
+from server.storage.sql import SqlMemoryStore
 from tests.api.conftest import error_info
+from tests.conftest import APP_ROLE
+from tests.postgres_server import OwnPostgres, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORIA = ROOT / ".venv" / "bin" / "memoria"
@@ -45,18 +60,24 @@ SERVICES = (
 )
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 MiB tmpfs, unmounted at the end."""
+@contextlib.contextmanager
+def _tmpfs(mount: Path, size: int) -> Iterator[Path]:
+    """A tmpfs of `size` bytes at `mount`, unmounted at the end."""
     if os.geteuid() != 0:
         pytest.fail("test_disk_full mounts a small tmpfs and needs root (CI runs as root)")
-    mount = tmp_path / "disk"
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(mount)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=True)
     try:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs."""
+    with _tmpfs(tmp_path / "disk", DISK) as mount:
+        yield mount
 
 
 def _free(path: Path) -> int:
@@ -240,3 +261,67 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_recovers(
     assert last.startswith(f"memoria serve: the data dir {data_dir} has "), restart.stderr
     assert "below the watermark of 16.0 MiB" in last
     assert not any("Traceback" in line for line in lines), restart.stderr
+
+
+@pytest.fixture
+def pg_disk() -> Iterator[Path]:
+    """A 160 MiB tmpfs (room for a fresh cluster and its first WAL segments) under /tmp,
+    which the `postgres` user can reach (pytest's tmp_path is not, when run as root)."""
+    parent = Path(tempfile.mkdtemp(prefix="memoria-pg-disk-"))
+    parent.chmod(0o755)
+    try:
+        with _tmpfs(parent / "disk", 160 * MiB) as mount:
+            mount.chmod(0o755)
+            yield mount
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_on_small_disk(pg_disk: Path) -> Iterator[OwnPostgres]:
+    """A PostgreSQL cluster of this test's own whose data directory is on a small tmpfs."""
+    cluster = OwnPostgres(pg_disk / "pg", free_port())
+    cluster.directory.mkdir()
+    cluster.directory.chmod(0o755)
+    cluster.start()
+    try:
+        owner = create_store_engine(cluster.owner_url, pool_size=1)
+        try:
+            migrate.upgrade(owner, app_role=APP_ROLE)
+        finally:
+            owner.dispose()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.postgres
+def test_postgres_out_of_disk_answers_storage_full_and_recovers(
+    postgres_on_small_disk: OwnPostgres, pg_disk: Path
+) -> None:
+    """PostgreSQL refuses to extend a table on a full disk (SQLSTATE 53100, "could not extend
+    file"); Memoria answers STORAGE_FULL for that write, reads keep working, and writes resume
+    once space is freed. (The data dir watermark is not involved: it guards embedded stores.)"""
+    store = SqlMemoryStore(create_store_engine(postgres_on_small_disk.app_url, pool_size=2))
+    blocks = MemoryBlocks(store, lambda: datetime.now(UTC))
+    ana = Identity("t-pg-disk", "ana")
+    try:
+        blocks.rewrite(ana, "Preferred name: Ana", Writer.USER)
+        filler = _fill(pg_disk, leave=256 << 10)
+        refused: MemoriaError | None = None
+        for attempt in range(2000):  # each write adds a row version and an audit event
+            try:
+                blocks.rewrite(ana, f"Preferred name: Ana\n{attempt} " + "y" * 3900, Writer.USER)
+            except MemoriaError as error:
+                refused = error
+                break
+        assert refused is not None, "the disk never filled"
+        print(f"\nPostgreSQL refused write {attempt}: {refused.reason} {refused.message}")
+        assert refused.reason is ErrorReason.STORAGE_FULL, refused.reason
+        assert blocks.get(ana).text.startswith("Preferred name: Ana")  # reads keep working
+
+        filler.unlink()
+        blocks.rewrite(ana, "Preferred name: Ana B.", Writer.USER)
+        assert blocks.get(ana).text == "Preferred name: Ana B."
+    finally:
+        store.dispose()
