@@ -9,6 +9,8 @@ Where from, in order:
   a Qdrant binary, started on loopback on free ports (Qdrant refuses port 0) with a scratch
   storage directory, stopped with SIGTERM at the end.
 
+Tests that stop or kill a server start one of their own (`QdrantProcess`, restartable on the
+same ports and storage), and the cluster test a few nodes of one cluster (`qdrant_cluster`).
 Qdrant is given one optimizer and one search thread: the test machines have 2 cores shared by
 everything else the suite runs.
 """
