@@ -66,9 +66,9 @@ func invisible(r rune) bool {
 	}
 }
 
-// dropRuns removes each maximal run of runes matching in, unless keep says otherwise given
-// the run and the runes on either side of it (-1 at an end).
-func dropRuns(runes []rune, in func(rune) bool, keep func(before rune, run int, after rune) bool) []rune {
+// dropRuns removes each maximal run runes[i:j] of runes matching in, unless keep says
+// otherwise given the run's place in runes.
+func dropRuns(runes []rune, in func(rune) bool, keep func(runes []rune, i, j int) bool) []rune {
 	out := runes[:0:0]
 	for i := 0; i < len(runes); {
 		if !in(runes[i]) {
@@ -80,14 +80,7 @@ func dropRuns(runes []rune, in func(rune) bool, keep func(before rune, run int, 
 		for j < len(runes) && in(runes[j]) {
 			j++
 		}
-		before, after := rune(-1), rune(-1)
-		if i > 0 {
-			before = runes[i-1]
-		}
-		if j < len(runes) {
-			after = runes[j]
-		}
-		if keep(before, j-i, after) {
+		if keep(runes, i, j) {
 			out = append(out, runes[i:j]...)
 		}
 		i = j
@@ -97,15 +90,24 @@ func dropRuns(runes []rune, in func(rune) bool, keep func(before rune, run int, 
 
 // keepBrailleBlanks keeps blanks between two braille patterns with dots: the space of
 // braille text. Elsewhere a blank is only an invisible filler.
-func keepBrailleBlanks(before rune, _ int, after rune) bool {
-	return before > brailleBlank && before <= 0x28FF && after > brailleBlank && after <= 0x28FF
+func keepBrailleBlanks(runes []rune, i, j int) bool {
+	dots := func(r rune) bool { return r > brailleBlank && r <= 0x28FF }
+	return i > 0 && j < len(runes) && dots(runes[i-1]) && dots(runes[j])
 }
 
-// keepJoiner keeps a single ZWNJ or ZWJ between two characters that use one: letters of
-// uncased scripts (Lo: Persian, Indic), marks (M) and symbols (S: emoji). A run is payload.
-func keepJoiner(before rune, run int, after rune) bool {
-	joins := func(r rune) bool { return r >= 0 && unicode.In(r, unicode.Lo, unicode.M, unicode.S) }
-	return run == 1 && joins(before) && joins(after)
+// keepJoiner keeps a single ZWNJ or ZWJ after a letter of an uncased script (Lo: Persian,
+// Indic) or a symbol (S: emoji), past the combining marks on it (a virama, VS16), and before
+// such a base or a mark. Cased scripts never need one; a run is payload.
+func keepJoiner(runes []rune, i, j int) bool {
+	base := func(r rune) bool { return unicode.In(r, unicode.Lo, unicode.S) }
+	if j-i != 1 || j == len(runes) || !(base(runes[j]) || unicode.Is(unicode.M, runes[j])) {
+		return false
+	}
+	k := i - 1
+	for k >= 0 && unicode.Is(unicode.M, runes[k]) {
+		k--
+	}
+	return k >= 0 && base(runes[k])
 }
 
 // cutSelectorRuns keeps the first of each run of variation selectors: one picks a glyph

@@ -32,10 +32,15 @@ and the supplement VS17-VS256 (a unit test checks this against the property)."""
 JOINERS = "\u200c\u200d"
 """ZERO WIDTH NON-JOINER and ZERO WIDTH JOINER: format characters that real text needs."""
 
-JOINER_NEIGHBOUR_CATEGORIES = frozenset({"Lo", "Mn", "Mc", "Me", "Sm", "Sc", "Sk", "So"})
-"""What may stand on both sides of a kept joiner: a letter of an uncased script (Lo: Arabic,
-Persian, the Indic scripts, Sinhala, Khmer...), a mark (M: a virama, VS16 after an emoji) or a
-symbol (S: emoji, skin-tone modifiers)."""
+JOINER_BASE_CATEGORIES = frozenset({"Lo", "Sm", "Sc", "Sk", "So"})
+"""What a kept joiner may follow (past any combining marks) and precede: a letter of an uncased
+script (Lo: Arabic, Persian, the Indic scripts, Sinhala, Khmer...) or a symbol (S: emoji,
+skin-tone modifiers). Cased scripts (Latin, Greek, Cyrillic) never need a joiner."""
+
+MARK_CATEGORIES = frozenset({"Mn", "Mc", "Me"})
+"""Combining marks: a virama before ZWJ, VS16 after an emoji. A kept joiner may also precede
+one; before one it looks at their base, which NFC may compose with them but never turns into
+a cased letter, so the rule gives the same answer on its own output."""
 
 BRAILLE_BLANK = "\u2800"
 """BRAILLE PATTERN BLANK: the space of braille text, and a well-known invisible filler."""
@@ -115,20 +120,22 @@ _FIRST_SPECIAL = "\u180b"  # no text whose largest code point is below this has 
 
 
 def _keep_joiner(text: str, run: re.Match[str]) -> str:
-    """A joiner is kept only alone between two characters that use one (see
-    JOINER_NEIGHBOUR_CATEGORIES): ZWJ builds emoji sequences (family, profession, rainbow
-    flag) and Indic conjuncts, ZWNJ is part of Persian spelling (می‌خواهم) and of Indic
-    scripts. Anywhere else, and in runs (binary data written as ZWNJ/ZWJ), it is removed."""
+    """A joiner is kept only alone, after a base in JOINER_BASE_CATEGORIES (skipping the
+    combining marks on it) and before a base or a mark: ZWJ builds emoji sequences (family,
+    profession, rainbow flag) and Indic half forms after a virama, ZWNJ is part of Persian
+    spelling (می‌خواهم) and of Indic scripts. Anywhere else, and in runs (binary data written
+    as ZWNJ/ZWJ), it is removed."""
     start, end = run.span()
-    if (
-        end - start == 1
-        and start > 0
-        and end < len(text)
-        and unicodedata.category(text[start - 1]) in JOINER_NEIGHBOUR_CATEGORIES
-        and unicodedata.category(text[end]) in JOINER_NEIGHBOUR_CATEGORIES
-    ):
-        return run.group()
-    return ""
+    if end - start != 1 or end == len(text):
+        return ""
+    if unicodedata.category(text[end]) not in JOINER_BASE_CATEGORIES | MARK_CATEGORIES:
+        return ""
+    base = start - 1
+    while base >= 0 and unicodedata.category(text[base]) in MARK_CATEGORIES:
+        base -= 1
+    if base < 0 or unicodedata.category(text[base]) not in JOINER_BASE_CATEGORIES:
+        return ""
+    return run.group()
 
 
 def sanitize(text: str) -> str:

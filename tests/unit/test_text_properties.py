@@ -37,7 +37,8 @@ TEXTS = st.one_of(
         max_size=60,
     ),
 )
-JOINER_NEIGHBOURS = text_module.JOINER_NEIGHBOUR_CATEGORIES
+BASES = text_module.JOINER_BASE_CATEGORIES
+MARKS = text_module.MARK_CATEGORIES
 VARIATION_SELECTORS = set(text_module._expand(text_module.VARIATION_SELECTORS))
 
 
@@ -77,10 +78,12 @@ def test_what_survives_of_the_special_characters_obeys_its_rule(text: str) -> No
         before = clean[i - 1] if i else ""
         after = clean[i + 1] if i + 1 < len(clean) else ""
         if ch in "\u200c\u200d":
-            # Alone, with a character that uses a joiner on either side.
-            assert before and after
-            assert unicodedata2.category(before) in JOINER_NEIGHBOURS
-            assert unicodedata2.category(after) in JOINER_NEIGHBOURS
+            # Alone, after a base that uses a joiner (past its marks), before a base or a mark.
+            assert after and unicodedata2.category(after) in BASES | MARKS
+            base = i - 1
+            while base >= 0 and unicodedata2.category(clean[base]) in MARKS:
+                base -= 1
+            assert base >= 0 and unicodedata2.category(clean[base]) in BASES
         elif ch in VARIATION_SELECTORS:
             assert before not in VARIATION_SELECTORS  # never a run
     for run in regex.finditer("\u2800+", clean):

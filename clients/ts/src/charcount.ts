@@ -20,10 +20,11 @@ const INVISIBLE =
 // text); anywhere else it is an invisible filler.
 const STRAY_BRAILLE_BLANKS = /(?<![\u2800-\u28FF])\u2800+|\u2800+(?![\u2800-\u28FF])/gu;
 
-// A ZWNJ or ZWJ is kept only alone between two characters that use one: letters of uncased
-// scripts (Lo: Persian, Indic), marks and symbols (emoji sequences). Runs are payload.
+// A ZWNJ or ZWJ is kept only alone, after a letter of an uncased script (Lo: Persian, Indic)
+// or a symbol (emoji) with any combining marks on it (a virama, VS16), and before such a base
+// or a mark. Cased scripts never need one; runs are payload.
 const STRAY_JOINERS =
-  /(?<![\p{Lo}\p{M}\p{S}])[\u200C\u200D]+|[\u200C\u200D]{2,}|[\u200C\u200D](?![\p{Lo}\p{M}\p{S}])/gu;
+  /(?<![\p{Lo}\p{S}]\p{M}*)[\u200C\u200D]+|[\u200C\u200D]{2,}|[\u200C\u200D](?![\p{Lo}\p{M}\p{S}])/gu;
 
 // A run of two or more variation selectors keeps only its first: one selector picks a glyph
 // (emoji, name kanji, Mongolian forms), a run of them is invisible payload.
