@@ -34,6 +34,7 @@ flood the log.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import Counter
@@ -181,7 +182,12 @@ class AdmissionInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         self._limits = limits
         self.bounds = ReceiveBounds()
         self._admission = Admission(limits)
-        self._executing = threading.BoundedSemaphore(limits.executing)
+        # Permits to execute, as tokens in a C-implemented queue: taking and returning one
+        # (and waking a waiter) happens in C, where threading's semaphore runs a Python
+        # Condition; under 16 calls in flight every call waits for a permit.
+        self._permits: queue.SimpleQueue[None] = queue.SimpleQueue()
+        for _ in range(limits.executing):
+            self._permits.put(None)
         self._streams = threading.BoundedSemaphore(limits.max_streams)
         self.stream_pool = futures.ThreadPoolExecutor(
             max_workers=limits.max_streams + 2, thread_name_prefix="stream"
@@ -258,8 +264,11 @@ class AdmissionInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                 argument = self._first(requests, context)
                 if argument is None:
                     context.abort(grpc.StatusCode.CANCELLED, "no request message arrived in time")
-            with self._executing:
+            self._permits.get()
+            try:
                 return inner(argument, context)
+            finally:
+                self._permits.put(None)
 
         return behavior
 
