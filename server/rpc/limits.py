@@ -15,7 +15,7 @@ module changes what a waiting call costs and who pays when there are too many:
 - **Waiting costs a sleeping thread, not a handler slot.** The pool that receives is large
   (`max_receiving` threads, made only when needed); executing Memoria work is held to
   `executing` calls at once (MEMORIA_THREADS, the measured optimum for one process's GIL) by a
-  semaphore taken only once the request is in.
+  permit taken only once the request is in.
 - **Overload refuses the overloading connection.** While `max_receiving` calls are waiting for
   their requests, a new call is refused at once with RESOURCE_EXHAUSTED if its connection
   already holds at least its fair share of the waiting (`max_receiving` / connections waiting);

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from server.rpc.limits import Admission, Limits, ReceiveBounds
+from server.rpc.limits import Admission, AdmissionInterceptor, Limits, ReceiveBounds
 
 LIMITS = Limits(
     executing=4, max_receiving=10, max_streams=2, receive_timeout=1.0, stream_idle_timeout=5.0
@@ -75,3 +75,46 @@ def test_a_request_that_never_arrives_is_cancelled_within_its_bound() -> None:
         assert not quick.cancelled.is_set()
     finally:
         bounds.stop()
+
+
+class PeerContext:
+    """A servicer context with a peer, for the interceptor's behaviours."""
+
+    def __init__(self, peer: str) -> None:
+        self._peer = peer
+
+    def peer(self) -> str:
+        return self._peer
+
+    def cancel(self) -> None:
+        raise AssertionError("not expected")
+
+
+def test_at_most_executing_calls_run_at_once_and_only_after_their_request() -> None:
+    limits = Limits(
+        executing=1, max_receiving=10, max_streams=2, receive_timeout=5, stream_idle_timeout=5
+    )
+    interceptor = AdmissionInterceptor(limits)
+    running = threading.Semaphore(0)
+    release = threading.Event()
+    order: list[str] = []
+
+    def inner(request: str, context: object) -> str:
+        order.append(f"start {request}")
+        running.release()
+        release.wait(10)
+        order.append(f"end {request}")
+        return request
+
+    behavior = interceptor._unary(inner)
+    first = threading.Thread(target=behavior, args=(iter(["a"]), PeerContext("p1")))
+    second = threading.Thread(target=behavior, args=(iter(["b"]), PeerContext("p2")))
+    first.start()
+    assert running.acquire(timeout=5)
+    second.start()
+    assert not running.acquire(timeout=0.3), "a second call executed beside the first"
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert order == ["start a", "end a", "start b", "end b"]
+    interceptor.stop()
