@@ -261,7 +261,13 @@ type SearchConversationsRequest struct {
 	Query string `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
 	// Number of turns wanted. 0 means the default (10); larger than 50 is
 	// capped at 50; negative is invalid.
-	PageSize      int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional: the turn this search is made for. When set, the server records
+	// the query and the hits returned (their ids, ranks and scores, not their
+	// text) for that turn, shown by GetTurnInspection. Unset: nothing is
+	// recorded. Invalid ids fail with INVALID_ARGUMENT (`turn.conversation_id`,
+	// `turn.turn_id`).
+	Turn          *TurnReference `protobuf:"bytes,3,opt,name=turn,proto3" json:"turn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -308,6 +314,13 @@ func (x *SearchConversationsRequest) GetPageSize() int32 {
 		return x.PageSize
 	}
 	return 0
+}
+
+func (x *SearchConversationsRequest) GetTurn() *TurnReference {
+	if x != nil {
+		return x.Turn
+	}
+	return nil
 }
 
 // SearchConversationsResponse lists the best-matching turns, best first.
@@ -664,12 +677,732 @@ func (x *ErasePrincipalDataResponse) GetDeletedTurnCount() int32 {
 	return 0
 }
 
+// GetTurnInspectionRequest names one of the caller's turns.
+type GetTurnInspectionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turn to inspect. Required; its ids follow TurnReference's rules.
+	Turn          *TurnReference `protobuf:"bytes,1,opt,name=turn,proto3" json:"turn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTurnInspectionRequest) Reset() {
+	*x = GetTurnInspectionRequest{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTurnInspectionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTurnInspectionRequest) ProtoMessage() {}
+
+func (x *GetTurnInspectionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTurnInspectionRequest.ProtoReflect.Descriptor instead.
+func (*GetTurnInspectionRequest) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetTurnInspectionRequest) GetTurn() *TurnReference {
+	if x != nil {
+		return x.Turn
+	}
+	return nil
+}
+
+// GetTurnInspectionResponse is what the turn saw.
+type GetTurnInspectionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record of the turn; empty lists when nothing was recorded for it.
+	Inspection    *TurnInspection `protobuf:"bytes,1,opt,name=inspection,proto3" json:"inspection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTurnInspectionResponse) Reset() {
+	*x = GetTurnInspectionResponse{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTurnInspectionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTurnInspectionResponse) ProtoMessage() {}
+
+func (x *GetTurnInspectionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTurnInspectionResponse.ProtoReflect.Descriptor instead.
+func (*GetTurnInspectionResponse) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GetTurnInspectionResponse) GetInspection() *TurnInspection {
+	if x != nil {
+		return x.Inspection
+	}
+	return nil
+}
+
+// TurnInspection lists what reached the model for one turn, oldest first.
+type TurnInspection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turn inspected.
+	Turn *TurnReference `protobuf:"bytes,1,opt,name=turn,proto3" json:"turn,omitempty"`
+	// Each render made for the turn, oldest first.
+	Renders []*RenderRecord `protobuf:"bytes,2,rep,name=renders,proto3" json:"renders,omitempty"`
+	// Each search made for the turn, oldest first.
+	Searches []*SearchRecord `protobuf:"bytes,3,rep,name=searches,proto3" json:"searches,omitempty"`
+	// The etag of the caller's block now; empty when the caller has no block.
+	CurrentEtag string `protobuf:"bytes,4,opt,name=current_etag,json=currentEtag,proto3" json:"current_etag,omitempty"`
+	// True when the block has changed since the turn's last render: its etag
+	// differs from `current_etag`. False when nothing was rendered.
+	BlockChanged  bool `protobuf:"varint,5,opt,name=block_changed,json=blockChanged,proto3" json:"block_changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TurnInspection) Reset() {
+	*x = TurnInspection{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TurnInspection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TurnInspection) ProtoMessage() {}
+
+func (x *TurnInspection) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TurnInspection.ProtoReflect.Descriptor instead.
+func (*TurnInspection) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TurnInspection) GetTurn() *TurnReference {
+	if x != nil {
+		return x.Turn
+	}
+	return nil
+}
+
+func (x *TurnInspection) GetRenders() []*RenderRecord {
+	if x != nil {
+		return x.Renders
+	}
+	return nil
+}
+
+func (x *TurnInspection) GetSearches() []*SearchRecord {
+	if x != nil {
+		return x.Searches
+	}
+	return nil
+}
+
+func (x *TurnInspection) GetCurrentEtag() string {
+	if x != nil {
+		return x.CurrentEtag
+	}
+	return ""
+}
+
+func (x *TurnInspection) GetBlockChanged() bool {
+	if x != nil {
+		return x.BlockChanged
+	}
+	return false
+}
+
+// RenderRecord is one render of the memory block made for a turn.
+type RenderRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The etag of the block version rendered; empty when the section was empty
+	// (no block, or memory off).
+	Etag string `protobuf:"bytes,1,opt,name=etag,proto3" json:"etag,omitempty"`
+	// Characters (Unicode code points) of the block text rendered; 0 when the
+	// section was empty.
+	CharCount int32 `protobuf:"varint,2,opt,name=char_count,json=charCount,proto3" json:"char_count,omitempty"`
+	// When the render was made.
+	RenderTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=render_time,json=renderTime,proto3" json:"render_time,omitempty"`
+	// True when this version is no longer the caller's block (its etag differs
+	// from TurnInspection.current_etag).
+	BlockChanged  bool `protobuf:"varint,4,opt,name=block_changed,json=blockChanged,proto3" json:"block_changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenderRecord) Reset() {
+	*x = RenderRecord{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenderRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenderRecord) ProtoMessage() {}
+
+func (x *RenderRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenderRecord.ProtoReflect.Descriptor instead.
+func (*RenderRecord) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RenderRecord) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+func (x *RenderRecord) GetCharCount() int32 {
+	if x != nil {
+		return x.CharCount
+	}
+	return 0
+}
+
+func (x *RenderRecord) GetRenderTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RenderTime
+	}
+	return nil
+}
+
+func (x *RenderRecord) GetBlockChanged() bool {
+	if x != nil {
+		return x.BlockChanged
+	}
+	return false
+}
+
+// SearchRecord is one search made for a turn and what it returned.
+type SearchRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The query as searched (sanitized), at most 4,000 characters.
+	Query string `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
+	// When the search was made.
+	SearchTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=search_time,json=searchTime,proto3" json:"search_time,omitempty"`
+	// The hits the search returned, best first (rank 1 first). Hits in a
+	// conversation deleted since are left out. `text` is the chunk's text as
+	// the index holds it now: empty when that chunk is no longer indexed.
+	Hits []*SearchHit `protobuf:"bytes,3,rep,name=hits,proto3" json:"hits,omitempty"`
+	// How many hits the search returned, including any left out above.
+	HitCount      int32 `protobuf:"varint,4,opt,name=hit_count,json=hitCount,proto3" json:"hit_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SearchRecord) Reset() {
+	*x = SearchRecord{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SearchRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SearchRecord) ProtoMessage() {}
+
+func (x *SearchRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SearchRecord.ProtoReflect.Descriptor instead.
+func (*SearchRecord) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SearchRecord) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *SearchRecord) GetSearchTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SearchTime
+	}
+	return nil
+}
+
+func (x *SearchRecord) GetHits() []*SearchHit {
+	if x != nil {
+		return x.Hits
+	}
+	return nil
+}
+
+func (x *SearchRecord) GetHitCount() int32 {
+	if x != nil {
+		return x.HitCount
+	}
+	return 0
+}
+
+// ExportPrincipalDataRequest asks for one page of the caller's export.
+type ExportPrincipalDataRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Maximum number of records to return. 0 means the default (100); larger
+	// than 1,000 is capped at 1,000; negative is invalid. A page may hold fewer
+	// records than asked even when more follow.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The `next_page_token` of the previous call. Empty for the first page.
+	// Tokens are opaque, signed by the server and bound to the caller.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportPrincipalDataRequest) Reset() {
+	*x = ExportPrincipalDataRequest{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportPrincipalDataRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportPrincipalDataRequest) ProtoMessage() {}
+
+func (x *ExportPrincipalDataRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportPrincipalDataRequest.ProtoReflect.Descriptor instead.
+func (*ExportPrincipalDataRequest) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ExportPrincipalDataRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ExportPrincipalDataRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ExportPrincipalDataResponse is one page of the caller's export.
+type ExportPrincipalDataResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The records of this page, in export order: settings, memory block, audit
+	// events (newest first), turns, deleted conversations.
+	Records []*ExportRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// Token for the next page; empty only when the export is complete.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportPrincipalDataResponse) Reset() {
+	*x = ExportPrincipalDataResponse{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportPrincipalDataResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportPrincipalDataResponse) ProtoMessage() {}
+
+func (x *ExportPrincipalDataResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportPrincipalDataResponse.ProtoReflect.Descriptor instead.
+func (*ExportPrincipalDataResponse) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ExportPrincipalDataResponse) GetRecords() []*ExportRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ExportPrincipalDataResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ExportRecord is one item held about the caller; exactly one field is set.
+type ExportRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record.
+	//
+	// Types that are valid to be assigned to Record:
+	//
+	//	*ExportRecord_Settings
+	//	*ExportRecord_MemoryBlock
+	//	*ExportRecord_AuditEvent
+	//	*ExportRecord_Turn
+	//	*ExportRecord_DeletedConversation
+	Record        isExportRecord_Record `protobuf_oneof:"record"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportRecord) Reset() {
+	*x = ExportRecord{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportRecord) ProtoMessage() {}
+
+func (x *ExportRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportRecord.ProtoReflect.Descriptor instead.
+func (*ExportRecord) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ExportRecord) GetRecord() isExportRecord_Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *ExportRecord) GetSettings() *MemorySettings {
+	if x != nil {
+		if x, ok := x.Record.(*ExportRecord_Settings); ok {
+			return x.Settings
+		}
+	}
+	return nil
+}
+
+func (x *ExportRecord) GetMemoryBlock() *MemoryBlock {
+	if x != nil {
+		if x, ok := x.Record.(*ExportRecord_MemoryBlock); ok {
+			return x.MemoryBlock
+		}
+	}
+	return nil
+}
+
+func (x *ExportRecord) GetAuditEvent() *AuditEvent {
+	if x != nil {
+		if x, ok := x.Record.(*ExportRecord_AuditEvent); ok {
+			return x.AuditEvent
+		}
+	}
+	return nil
+}
+
+func (x *ExportRecord) GetTurn() *ExportedTurn {
+	if x != nil {
+		if x, ok := x.Record.(*ExportRecord_Turn); ok {
+			return x.Turn
+		}
+	}
+	return nil
+}
+
+func (x *ExportRecord) GetDeletedConversation() *DeletedConversation {
+	if x != nil {
+		if x, ok := x.Record.(*ExportRecord_DeletedConversation); ok {
+			return x.DeletedConversation
+		}
+	}
+	return nil
+}
+
+type isExportRecord_Record interface {
+	isExportRecord_Record()
+}
+
+type ExportRecord_Settings struct {
+	// The caller's memory settings (only when they were ever changed).
+	Settings *MemorySettings `protobuf:"bytes,1,opt,name=settings,proto3,oneof"`
+}
+
+type ExportRecord_MemoryBlock struct {
+	// The caller's memory block (only when there is one).
+	MemoryBlock *MemoryBlock `protobuf:"bytes,2,opt,name=memory_block,json=memoryBlock,proto3,oneof"`
+}
+
+type ExportRecord_AuditEvent struct {
+	// One audit event about the caller (`principal_id` is the caller).
+	AuditEvent *AuditEvent `protobuf:"bytes,3,opt,name=audit_event,json=auditEvent,proto3,oneof"`
+}
+
+type ExportRecord_Turn struct {
+	// One accepted turn with its indexed text.
+	Turn *ExportedTurn `protobuf:"bytes,4,opt,name=turn,proto3,oneof"`
+}
+
+type ExportRecord_DeletedConversation struct {
+	// One deleted conversation, whose turns are no longer held.
+	DeletedConversation *DeletedConversation `protobuf:"bytes,5,opt,name=deleted_conversation,json=deletedConversation,proto3,oneof"`
+}
+
+func (*ExportRecord_Settings) isExportRecord_Record() {}
+
+func (*ExportRecord_MemoryBlock) isExportRecord_Record() {}
+
+func (*ExportRecord_AuditEvent) isExportRecord_Record() {}
+
+func (*ExportRecord_Turn) isExportRecord_Record() {}
+
+func (*ExportRecord_DeletedConversation) isExportRecord_Record() {}
+
+// ExportedTurn is one accepted turn as Memoria holds it.
+type ExportedTurn struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation the turn belongs to.
+	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// The turn within the conversation.
+	TurnId string `protobuf:"bytes,2,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// When the turn happened, as sent to IndexTurn.
+	TurnTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=turn_time,json=turnTime,proto3" json:"turn_time,omitempty"`
+	// The text held: the sanitized question, a blank line and the sanitized
+	// answer, with credentials replaced, cut after 10 chunks (40,000
+	// characters). Sending it as IndexTurn's `question` (empty `answer`) makes
+	// the same chunks.
+	Text string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
+	// True when the turn is indexed (searchable); false while it waits in the
+	// queue or after indexing failed for good.
+	Indexed       bool `protobuf:"varint,5,opt,name=indexed,proto3" json:"indexed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportedTurn) Reset() {
+	*x = ExportedTurn{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportedTurn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportedTurn) ProtoMessage() {}
+
+func (x *ExportedTurn) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportedTurn.ProtoReflect.Descriptor instead.
+func (*ExportedTurn) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ExportedTurn) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *ExportedTurn) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *ExportedTurn) GetTurnTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TurnTime
+	}
+	return nil
+}
+
+func (x *ExportedTurn) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *ExportedTurn) GetIndexed() bool {
+	if x != nil {
+		return x.Indexed
+	}
+	return false
+}
+
+// DeletedConversation is a conversation the caller deleted: its id is kept so
+// no late turn can bring it back.
+type DeletedConversation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation's id.
+	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// When it was deleted.
+	DeleteTime    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletedConversation) Reset() {
+	*x = DeletedConversation{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletedConversation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletedConversation) ProtoMessage() {}
+
+func (x *DeletedConversation) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletedConversation.ProtoReflect.Descriptor instead.
+func (*DeletedConversation) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DeletedConversation) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *DeletedConversation) GetDeleteTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeleteTime
+	}
+	return nil
+}
+
 var File_memoria_v1_conversation_search_service_proto protoreflect.FileDescriptor
 
 const file_memoria_v1_conversation_search_service_proto_rawDesc = "" +
 	"\n" +
 	",memoria/v1/conversation_search_service.proto\x12\n" +
-	"memoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd5\x01\n" +
+	"memoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ememoria/v1/audit_service.proto\x1a\x1dmemoria/v1/memory_block.proto\"\xd5\x01\n" +
 	"\x10IndexTurnRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x17\n" +
 	"\aturn_id\x18\x02 \x01(\tR\x06turnId\x12\x1a\n" +
@@ -682,10 +1415,11 @@ const file_memoria_v1_conversation_search_service_proto_rawDesc = "" +
 	"\vchunk_count\x18\x02 \x01(\x05R\n" +
 	"chunkCount\x12\x1c\n" +
 	"\ttruncated\x18\x03 \x01(\bR\ttruncated\x12,\n" +
-	"\x12indexed_char_count\x18\x04 \x01(\x05R\x10indexedCharCount\"O\n" +
+	"\x12indexed_char_count\x18\x04 \x01(\x05R\x10indexedCharCount\"~\n" +
 	"\x1aSearchConversationsRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\"H\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12-\n" +
+	"\x04turn\x18\x03 \x01(\v2\x19.memoria.v1.TurnReferenceR\x04turn\"H\n" +
 	"\x1bSearchConversationsResponse\x12)\n" +
 	"\x04hits\x18\x01 \x03(\v2\x15.memoria.v1.SearchHitR\x04hits\"\x99\x02\n" +
 	"\tSearchHit\x12'\n" +
@@ -706,17 +1440,69 @@ const file_memoria_v1_conversation_search_service_proto_rawDesc = "" +
 	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\"x\n" +
 	"\x1aErasePrincipalDataResponse\x12,\n" +
 	"\x12removed_line_count\x18\x01 \x01(\x05R\x10removedLineCount\x12,\n" +
-	"\x12deleted_turn_count\x18\x02 \x01(\x05R\x10deletedTurnCount*\xa7\x01\n" +
+	"\x12deleted_turn_count\x18\x02 \x01(\x05R\x10deletedTurnCount\"I\n" +
+	"\x18GetTurnInspectionRequest\x12-\n" +
+	"\x04turn\x18\x01 \x01(\v2\x19.memoria.v1.TurnReferenceR\x04turn\"W\n" +
+	"\x19GetTurnInspectionResponse\x12:\n" +
+	"\n" +
+	"inspection\x18\x01 \x01(\v2\x1a.memoria.v1.TurnInspectionR\n" +
+	"inspection\"\xf1\x01\n" +
+	"\x0eTurnInspection\x12-\n" +
+	"\x04turn\x18\x01 \x01(\v2\x19.memoria.v1.TurnReferenceR\x04turn\x122\n" +
+	"\arenders\x18\x02 \x03(\v2\x18.memoria.v1.RenderRecordR\arenders\x124\n" +
+	"\bsearches\x18\x03 \x03(\v2\x18.memoria.v1.SearchRecordR\bsearches\x12!\n" +
+	"\fcurrent_etag\x18\x04 \x01(\tR\vcurrentEtag\x12#\n" +
+	"\rblock_changed\x18\x05 \x01(\bR\fblockChanged\"\xa3\x01\n" +
+	"\fRenderRecord\x12\x12\n" +
+	"\x04etag\x18\x01 \x01(\tR\x04etag\x12\x1d\n" +
+	"\n" +
+	"char_count\x18\x02 \x01(\x05R\tcharCount\x12;\n" +
+	"\vrender_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"renderTime\x12#\n" +
+	"\rblock_changed\x18\x04 \x01(\bR\fblockChanged\"\xa9\x01\n" +
+	"\fSearchRecord\x12\x14\n" +
+	"\x05query\x18\x01 \x01(\tR\x05query\x12;\n" +
+	"\vsearch_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"searchTime\x12)\n" +
+	"\x04hits\x18\x03 \x03(\v2\x15.memoria.v1.SearchHitR\x04hits\x12\x1b\n" +
+	"\thit_count\x18\x04 \x01(\x05R\bhitCount\"X\n" +
+	"\x1aExportPrincipalDataRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"y\n" +
+	"\x1bExportPrincipalDataResponse\x122\n" +
+	"\arecords\x18\x01 \x03(\v2\x18.memoria.v1.ExportRecordR\arecords\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd1\x02\n" +
+	"\fExportRecord\x128\n" +
+	"\bsettings\x18\x01 \x01(\v2\x1a.memoria.v1.MemorySettingsH\x00R\bsettings\x12<\n" +
+	"\fmemory_block\x18\x02 \x01(\v2\x17.memoria.v1.MemoryBlockH\x00R\vmemoryBlock\x129\n" +
+	"\vaudit_event\x18\x03 \x01(\v2\x16.memoria.v1.AuditEventH\x00R\n" +
+	"auditEvent\x12.\n" +
+	"\x04turn\x18\x04 \x01(\v2\x18.memoria.v1.ExportedTurnH\x00R\x04turn\x12T\n" +
+	"\x14deleted_conversation\x18\x05 \x01(\v2\x1f.memoria.v1.DeletedConversationH\x00R\x13deletedConversationB\b\n" +
+	"\x06record\"\xb7\x01\n" +
+	"\fExportedTurn\x12'\n" +
+	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x17\n" +
+	"\aturn_id\x18\x02 \x01(\tR\x06turnId\x127\n" +
+	"\tturn_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bturnTime\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\x12\x18\n" +
+	"\aindexed\x18\x05 \x01(\bR\aindexed\"{\n" +
+	"\x13DeletedConversation\x12'\n" +
+	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12;\n" +
+	"\vdelete_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"deleteTime*\xa7\x01\n" +
 	"\x10IndexTurnOutcome\x12\"\n" +
 	"\x1eINDEX_TURN_OUTCOME_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bINDEX_TURN_OUTCOME_ACCEPTED\x10\x01\x12\x1e\n" +
 	"\x1aINDEX_TURN_OUTCOME_INDEXED\x10\x02\x12.\n" +
-	"*INDEX_TURN_OUTCOME_SKIPPED_MEMORY_DISABLED\x10\x032\xab\x03\n" +
+	"*INDEX_TURN_OUTCOME_SKIPPED_MEMORY_DISABLED\x10\x032\xff\x04\n" +
 	"\x19ConversationSearchService\x12M\n" +
 	"\tIndexTurn\x12\x1c.memoria.v1.IndexTurnRequest\x1a\x1d.memoria.v1.IndexTurnResponse\"\x03\x90\x02\x02\x12k\n" +
 	"\x13SearchConversations\x12&.memoria.v1.SearchConversationsRequest\x1a'.memoria.v1.SearchConversationsResponse\"\x03\x90\x02\x01\x12h\n" +
 	"\x12DeleteConversation\x12%.memoria.v1.DeleteConversationRequest\x1a&.memoria.v1.DeleteConversationResponse\"\x03\x90\x02\x02\x12h\n" +
-	"\x12ErasePrincipalData\x12%.memoria.v1.ErasePrincipalDataRequest\x1a&.memoria.v1.ErasePrincipalDataResponse\"\x03\x90\x02\x02B\xa4\x01\n" +
+	"\x12ErasePrincipalData\x12%.memoria.v1.ErasePrincipalDataRequest\x1a&.memoria.v1.ErasePrincipalDataResponse\"\x03\x90\x02\x02\x12e\n" +
+	"\x11GetTurnInspection\x12$.memoria.v1.GetTurnInspectionRequest\x1a%.memoria.v1.GetTurnInspectionResponse\"\x03\x90\x02\x01\x12k\n" +
+	"\x13ExportPrincipalData\x12&.memoria.v1.ExportPrincipalDataRequest\x1a'.memoria.v1.ExportPrincipalDataResponse\"\x03\x90\x02\x01B\xa4\x01\n" +
 	"\x0ecom.memoria.v1B\x1eConversationSearchServiceProtoP\x01Z)memoria/generated/go/memoria/v1;memoriav1\xa2\x02\x03MXX\xaa\x02\n" +
 	"Memoria.V1\xca\x02\n" +
 	"Memoria\\V1\xe2\x02\x16Memoria\\V1\\GPBMetadata\xea\x02\vMemoria::V1b\x06proto3"
@@ -734,7 +1520,7 @@ func file_memoria_v1_conversation_search_service_proto_rawDescGZIP() []byte {
 }
 
 var file_memoria_v1_conversation_search_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_memoria_v1_conversation_search_service_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_memoria_v1_conversation_search_service_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_memoria_v1_conversation_search_service_proto_goTypes = []any{
 	(IndexTurnOutcome)(0),               // 0: memoria.v1.IndexTurnOutcome
 	(*IndexTurnRequest)(nil),            // 1: memoria.v1.IndexTurnRequest
@@ -746,26 +1532,61 @@ var file_memoria_v1_conversation_search_service_proto_goTypes = []any{
 	(*DeleteConversationResponse)(nil),  // 7: memoria.v1.DeleteConversationResponse
 	(*ErasePrincipalDataRequest)(nil),   // 8: memoria.v1.ErasePrincipalDataRequest
 	(*ErasePrincipalDataResponse)(nil),  // 9: memoria.v1.ErasePrincipalDataResponse
-	(*timestamppb.Timestamp)(nil),       // 10: google.protobuf.Timestamp
+	(*GetTurnInspectionRequest)(nil),    // 10: memoria.v1.GetTurnInspectionRequest
+	(*GetTurnInspectionResponse)(nil),   // 11: memoria.v1.GetTurnInspectionResponse
+	(*TurnInspection)(nil),              // 12: memoria.v1.TurnInspection
+	(*RenderRecord)(nil),                // 13: memoria.v1.RenderRecord
+	(*SearchRecord)(nil),                // 14: memoria.v1.SearchRecord
+	(*ExportPrincipalDataRequest)(nil),  // 15: memoria.v1.ExportPrincipalDataRequest
+	(*ExportPrincipalDataResponse)(nil), // 16: memoria.v1.ExportPrincipalDataResponse
+	(*ExportRecord)(nil),                // 17: memoria.v1.ExportRecord
+	(*ExportedTurn)(nil),                // 18: memoria.v1.ExportedTurn
+	(*DeletedConversation)(nil),         // 19: memoria.v1.DeletedConversation
+	(*timestamppb.Timestamp)(nil),       // 20: google.protobuf.Timestamp
+	(*TurnReference)(nil),               // 21: memoria.v1.TurnReference
+	(*MemorySettings)(nil),              // 22: memoria.v1.MemorySettings
+	(*MemoryBlock)(nil),                 // 23: memoria.v1.MemoryBlock
+	(*AuditEvent)(nil),                  // 24: memoria.v1.AuditEvent
 }
 var file_memoria_v1_conversation_search_service_proto_depIdxs = []int32{
-	10, // 0: memoria.v1.IndexTurnRequest.turn_time:type_name -> google.protobuf.Timestamp
+	20, // 0: memoria.v1.IndexTurnRequest.turn_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: memoria.v1.IndexTurnResponse.outcome:type_name -> memoria.v1.IndexTurnOutcome
-	5,  // 2: memoria.v1.SearchConversationsResponse.hits:type_name -> memoria.v1.SearchHit
-	10, // 3: memoria.v1.SearchHit.turn_time:type_name -> google.protobuf.Timestamp
-	1,  // 4: memoria.v1.ConversationSearchService.IndexTurn:input_type -> memoria.v1.IndexTurnRequest
-	3,  // 5: memoria.v1.ConversationSearchService.SearchConversations:input_type -> memoria.v1.SearchConversationsRequest
-	6,  // 6: memoria.v1.ConversationSearchService.DeleteConversation:input_type -> memoria.v1.DeleteConversationRequest
-	8,  // 7: memoria.v1.ConversationSearchService.ErasePrincipalData:input_type -> memoria.v1.ErasePrincipalDataRequest
-	2,  // 8: memoria.v1.ConversationSearchService.IndexTurn:output_type -> memoria.v1.IndexTurnResponse
-	4,  // 9: memoria.v1.ConversationSearchService.SearchConversations:output_type -> memoria.v1.SearchConversationsResponse
-	7,  // 10: memoria.v1.ConversationSearchService.DeleteConversation:output_type -> memoria.v1.DeleteConversationResponse
-	9,  // 11: memoria.v1.ConversationSearchService.ErasePrincipalData:output_type -> memoria.v1.ErasePrincipalDataResponse
-	8,  // [8:12] is the sub-list for method output_type
-	4,  // [4:8] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	21, // 2: memoria.v1.SearchConversationsRequest.turn:type_name -> memoria.v1.TurnReference
+	5,  // 3: memoria.v1.SearchConversationsResponse.hits:type_name -> memoria.v1.SearchHit
+	20, // 4: memoria.v1.SearchHit.turn_time:type_name -> google.protobuf.Timestamp
+	21, // 5: memoria.v1.GetTurnInspectionRequest.turn:type_name -> memoria.v1.TurnReference
+	12, // 6: memoria.v1.GetTurnInspectionResponse.inspection:type_name -> memoria.v1.TurnInspection
+	21, // 7: memoria.v1.TurnInspection.turn:type_name -> memoria.v1.TurnReference
+	13, // 8: memoria.v1.TurnInspection.renders:type_name -> memoria.v1.RenderRecord
+	14, // 9: memoria.v1.TurnInspection.searches:type_name -> memoria.v1.SearchRecord
+	20, // 10: memoria.v1.RenderRecord.render_time:type_name -> google.protobuf.Timestamp
+	20, // 11: memoria.v1.SearchRecord.search_time:type_name -> google.protobuf.Timestamp
+	5,  // 12: memoria.v1.SearchRecord.hits:type_name -> memoria.v1.SearchHit
+	17, // 13: memoria.v1.ExportPrincipalDataResponse.records:type_name -> memoria.v1.ExportRecord
+	22, // 14: memoria.v1.ExportRecord.settings:type_name -> memoria.v1.MemorySettings
+	23, // 15: memoria.v1.ExportRecord.memory_block:type_name -> memoria.v1.MemoryBlock
+	24, // 16: memoria.v1.ExportRecord.audit_event:type_name -> memoria.v1.AuditEvent
+	18, // 17: memoria.v1.ExportRecord.turn:type_name -> memoria.v1.ExportedTurn
+	19, // 18: memoria.v1.ExportRecord.deleted_conversation:type_name -> memoria.v1.DeletedConversation
+	20, // 19: memoria.v1.ExportedTurn.turn_time:type_name -> google.protobuf.Timestamp
+	20, // 20: memoria.v1.DeletedConversation.delete_time:type_name -> google.protobuf.Timestamp
+	1,  // 21: memoria.v1.ConversationSearchService.IndexTurn:input_type -> memoria.v1.IndexTurnRequest
+	3,  // 22: memoria.v1.ConversationSearchService.SearchConversations:input_type -> memoria.v1.SearchConversationsRequest
+	6,  // 23: memoria.v1.ConversationSearchService.DeleteConversation:input_type -> memoria.v1.DeleteConversationRequest
+	8,  // 24: memoria.v1.ConversationSearchService.ErasePrincipalData:input_type -> memoria.v1.ErasePrincipalDataRequest
+	10, // 25: memoria.v1.ConversationSearchService.GetTurnInspection:input_type -> memoria.v1.GetTurnInspectionRequest
+	15, // 26: memoria.v1.ConversationSearchService.ExportPrincipalData:input_type -> memoria.v1.ExportPrincipalDataRequest
+	2,  // 27: memoria.v1.ConversationSearchService.IndexTurn:output_type -> memoria.v1.IndexTurnResponse
+	4,  // 28: memoria.v1.ConversationSearchService.SearchConversations:output_type -> memoria.v1.SearchConversationsResponse
+	7,  // 29: memoria.v1.ConversationSearchService.DeleteConversation:output_type -> memoria.v1.DeleteConversationResponse
+	9,  // 30: memoria.v1.ConversationSearchService.ErasePrincipalData:output_type -> memoria.v1.ErasePrincipalDataResponse
+	11, // 31: memoria.v1.ConversationSearchService.GetTurnInspection:output_type -> memoria.v1.GetTurnInspectionResponse
+	16, // 32: memoria.v1.ConversationSearchService.ExportPrincipalData:output_type -> memoria.v1.ExportPrincipalDataResponse
+	27, // [27:33] is the sub-list for method output_type
+	21, // [21:27] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_memoria_v1_conversation_search_service_proto_init() }
@@ -773,13 +1594,22 @@ func file_memoria_v1_conversation_search_service_proto_init() {
 	if File_memoria_v1_conversation_search_service_proto != nil {
 		return
 	}
+	file_memoria_v1_audit_service_proto_init()
+	file_memoria_v1_memory_block_proto_init()
+	file_memoria_v1_conversation_search_service_proto_msgTypes[16].OneofWrappers = []any{
+		(*ExportRecord_Settings)(nil),
+		(*ExportRecord_MemoryBlock)(nil),
+		(*ExportRecord_AuditEvent)(nil),
+		(*ExportRecord_Turn)(nil),
+		(*ExportRecord_DeletedConversation)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_memoria_v1_conversation_search_service_proto_rawDesc), len(file_memoria_v1_conversation_search_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

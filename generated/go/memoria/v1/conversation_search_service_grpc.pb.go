@@ -23,6 +23,8 @@ const (
 	ConversationSearchService_SearchConversations_FullMethodName = "/memoria.v1.ConversationSearchService/SearchConversations"
 	ConversationSearchService_DeleteConversation_FullMethodName  = "/memoria.v1.ConversationSearchService/DeleteConversation"
 	ConversationSearchService_ErasePrincipalData_FullMethodName  = "/memoria.v1.ConversationSearchService/ErasePrincipalData"
+	ConversationSearchService_GetTurnInspection_FullMethodName   = "/memoria.v1.ConversationSearchService/GetTurnInspection"
+	ConversationSearchService_ExportPrincipalData_FullMethodName = "/memoria.v1.ConversationSearchService/ExportPrincipalData"
 )
 
 // ConversationSearchServiceClient is the client API for ConversationSearchService service.
@@ -67,6 +69,27 @@ type ConversationSearchServiceClient interface {
 	// administrator may erase any principal of its tenant. The principal may
 	// use Memoria again afterwards, starting from nothing.
 	ErasePrincipalData(ctx context.Context, in *ErasePrincipalDataRequest, opts ...grpc.CallOption) (*ErasePrincipalDataResponse, error)
+	// GetTurnInspection returns what one of the caller's turns saw: each memory
+	// block version rendered for it and each search made for it (the calls that
+	// carried this turn in their `turn` field), and whether the block has
+	// changed since. A turn with no record gets an empty inspection, not an
+	// error. Records are kept for a configurable time (30 days by default) and
+	// removed with the conversation and with erasure; search hits in
+	// conversations deleted since are left out, and hit text is read from the
+	// index when the inspection is asked for, so no record keeps a deleted
+	// conversation's text. The caller's own turns only.
+	GetTurnInspection(ctx context.Context, in *GetTurnInspectionRequest, opts ...grpc.CallOption) (*GetTurnInspectionResponse, error)
+	// ExportPrincipalData returns everything Memoria holds about the caller
+	// (the right of access and portability), one page at a time: settings,
+	// memory block, audit events, every indexed or pending turn with its text,
+	// and the ids of deleted conversations. `memoria export` writes the pages
+	// as JSON Lines and `memoria import` loads them into another deployment.
+	// The caller's own data only: no rule lets anyone else read a principal's
+	// block or turns, so a tenant administrator cannot export another
+	// principal. An erased principal's export is empty. Each page is read in
+	// its own snapshot; data changed during an export may appear in a later
+	// page or not at all.
+	ExportPrincipalData(ctx context.Context, in *ExportPrincipalDataRequest, opts ...grpc.CallOption) (*ExportPrincipalDataResponse, error)
 }
 
 type conversationSearchServiceClient struct {
@@ -117,6 +140,26 @@ func (c *conversationSearchServiceClient) ErasePrincipalData(ctx context.Context
 	return out, nil
 }
 
+func (c *conversationSearchServiceClient) GetTurnInspection(ctx context.Context, in *GetTurnInspectionRequest, opts ...grpc.CallOption) (*GetTurnInspectionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTurnInspectionResponse)
+	err := c.cc.Invoke(ctx, ConversationSearchService_GetTurnInspection_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *conversationSearchServiceClient) ExportPrincipalData(ctx context.Context, in *ExportPrincipalDataRequest, opts ...grpc.CallOption) (*ExportPrincipalDataResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExportPrincipalDataResponse)
+	err := c.cc.Invoke(ctx, ConversationSearchService_ExportPrincipalData_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConversationSearchServiceServer is the server API for ConversationSearchService service.
 // All implementations must embed UnimplementedConversationSearchServiceServer
 // for forward compatibility.
@@ -159,6 +202,27 @@ type ConversationSearchServiceServer interface {
 	// administrator may erase any principal of its tenant. The principal may
 	// use Memoria again afterwards, starting from nothing.
 	ErasePrincipalData(context.Context, *ErasePrincipalDataRequest) (*ErasePrincipalDataResponse, error)
+	// GetTurnInspection returns what one of the caller's turns saw: each memory
+	// block version rendered for it and each search made for it (the calls that
+	// carried this turn in their `turn` field), and whether the block has
+	// changed since. A turn with no record gets an empty inspection, not an
+	// error. Records are kept for a configurable time (30 days by default) and
+	// removed with the conversation and with erasure; search hits in
+	// conversations deleted since are left out, and hit text is read from the
+	// index when the inspection is asked for, so no record keeps a deleted
+	// conversation's text. The caller's own turns only.
+	GetTurnInspection(context.Context, *GetTurnInspectionRequest) (*GetTurnInspectionResponse, error)
+	// ExportPrincipalData returns everything Memoria holds about the caller
+	// (the right of access and portability), one page at a time: settings,
+	// memory block, audit events, every indexed or pending turn with its text,
+	// and the ids of deleted conversations. `memoria export` writes the pages
+	// as JSON Lines and `memoria import` loads them into another deployment.
+	// The caller's own data only: no rule lets anyone else read a principal's
+	// block or turns, so a tenant administrator cannot export another
+	// principal. An erased principal's export is empty. Each page is read in
+	// its own snapshot; data changed during an export may appear in a later
+	// page or not at all.
+	ExportPrincipalData(context.Context, *ExportPrincipalDataRequest) (*ExportPrincipalDataResponse, error)
 	mustEmbedUnimplementedConversationSearchServiceServer()
 }
 
@@ -180,6 +244,12 @@ func (UnimplementedConversationSearchServiceServer) DeleteConversation(context.C
 }
 func (UnimplementedConversationSearchServiceServer) ErasePrincipalData(context.Context, *ErasePrincipalDataRequest) (*ErasePrincipalDataResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ErasePrincipalData not implemented")
+}
+func (UnimplementedConversationSearchServiceServer) GetTurnInspection(context.Context, *GetTurnInspectionRequest) (*GetTurnInspectionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTurnInspection not implemented")
+}
+func (UnimplementedConversationSearchServiceServer) ExportPrincipalData(context.Context, *ExportPrincipalDataRequest) (*ExportPrincipalDataResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExportPrincipalData not implemented")
 }
 func (UnimplementedConversationSearchServiceServer) mustEmbedUnimplementedConversationSearchServiceServer() {
 }
@@ -275,6 +345,42 @@ func _ConversationSearchService_ErasePrincipalData_Handler(srv interface{}, ctx 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConversationSearchService_GetTurnInspection_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTurnInspectionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationSearchServiceServer).GetTurnInspection(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationSearchService_GetTurnInspection_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationSearchServiceServer).GetTurnInspection(ctx, req.(*GetTurnInspectionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConversationSearchService_ExportPrincipalData_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExportPrincipalDataRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationSearchServiceServer).ExportPrincipalData(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationSearchService_ExportPrincipalData_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationSearchServiceServer).ExportPrincipalData(ctx, req.(*ExportPrincipalDataRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConversationSearchService_ServiceDesc is the grpc.ServiceDesc for ConversationSearchService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -297,6 +403,14 @@ var ConversationSearchService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ErasePrincipalData",
 			Handler:    _ConversationSearchService_ErasePrincipalData_Handler,
+		},
+		{
+			MethodName: "GetTurnInspection",
+			Handler:    _ConversationSearchService_GetTurnInspection_Handler,
+		},
+		{
+			MethodName: "ExportPrincipalData",
+			Handler:    _ConversationSearchService_ExportPrincipalData_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

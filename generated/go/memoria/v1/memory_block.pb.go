@@ -229,6 +229,65 @@ func (x *MemorySettings) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// TurnReference names one turn of one of the caller's conversations, so the
+// server can record what that turn saw (the inspector: GetTurnInspection). The
+// ids are the caller's, as sent to IndexTurn; the turn need not be indexed yet.
+type TurnReference struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation: 1 to 128 characters, no control or invisible
+	// characters. Scoped to the calling principal.
+	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// The turn within the conversation: 1 to 128 characters, no control or
+	// invisible characters.
+	TurnId        string `protobuf:"bytes,2,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TurnReference) Reset() {
+	*x = TurnReference{}
+	mi := &file_memoria_v1_memory_block_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TurnReference) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TurnReference) ProtoMessage() {}
+
+func (x *TurnReference) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_memory_block_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TurnReference.ProtoReflect.Descriptor instead.
+func (*TurnReference) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_memory_block_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TurnReference) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *TurnReference) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
 var File_memoria_v1_memory_block_proto protoreflect.FileDescriptor
 
 const file_memoria_v1_memory_block_proto_rawDesc = "" +
@@ -247,7 +306,10 @@ const file_memoria_v1_memory_block_proto_rawDesc = "" +
 	"\x0eMemorySettings\x12%\n" +
 	"\x0ememory_enabled\x18\x01 \x01(\bR\rmemoryEnabled\x12;\n" +
 	"\vupdate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime*C\n" +
+	"updateTime\"Q\n" +
+	"\rTurnReference\x12'\n" +
+	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x17\n" +
+	"\aturn_id\x18\x02 \x01(\tR\x06turnId*C\n" +
 	"\x06Writer\x12\x16\n" +
 	"\x12WRITER_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fWRITER_MODEL\x10\x01\x12\x0f\n" +
@@ -269,16 +331,17 @@ func file_memoria_v1_memory_block_proto_rawDescGZIP() []byte {
 }
 
 var file_memoria_v1_memory_block_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_memoria_v1_memory_block_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_memoria_v1_memory_block_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_memoria_v1_memory_block_proto_goTypes = []any{
 	(Writer)(0),                   // 0: memoria.v1.Writer
 	(*MemoryBlock)(nil),           // 1: memoria.v1.MemoryBlock
 	(*MemorySettings)(nil),        // 2: memoria.v1.MemorySettings
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*TurnReference)(nil),         // 3: memoria.v1.TurnReference
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
 }
 var file_memoria_v1_memory_block_proto_depIdxs = []int32{
-	3, // 0: memoria.v1.MemoryBlock.update_time:type_name -> google.protobuf.Timestamp
-	3, // 1: memoria.v1.MemorySettings.update_time:type_name -> google.protobuf.Timestamp
+	4, // 0: memoria.v1.MemoryBlock.update_time:type_name -> google.protobuf.Timestamp
+	4, // 1: memoria.v1.MemorySettings.update_time:type_name -> google.protobuf.Timestamp
 	2, // [2:2] is the sub-list for method output_type
 	2, // [2:2] is the sub-list for method input_type
 	2, // [2:2] is the sub-list for extension type_name
@@ -297,7 +360,7 @@ func file_memoria_v1_memory_block_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_memoria_v1_memory_block_proto_rawDesc), len(file_memoria_v1_memory_block_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

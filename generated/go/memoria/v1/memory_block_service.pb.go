@@ -104,9 +104,18 @@ func (x *GetMemoryBlockResponse) GetMemoryBlock() *MemoryBlock {
 	return nil
 }
 
-// RenderMemoryBlockRequest has no fields: the block is the caller's.
+// RenderMemoryBlockRequest asks for the caller's prompt section.
 type RenderMemoryBlockRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Optional: the turn this render is for. When set, the server records the
+	// version rendered (etag, character count, time) for that turn, so
+	// ConversationSearchService.GetTurnInspection can show later what memory
+	// the turn saw. Unset (the default): nothing is recorded. Records are kept
+	// for a configurable time (30 days by default) and removed with the
+	// conversation and with the principal's erasure. Nothing is recorded for a
+	// deleted conversation. Invalid ids fail with INVALID_ARGUMENT
+	// (`turn.conversation_id`, `turn.turn_id`).
+	Turn          *TurnReference `protobuf:"bytes,1,opt,name=turn,proto3" json:"turn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -139,6 +148,13 @@ func (x *RenderMemoryBlockRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use RenderMemoryBlockRequest.ProtoReflect.Descriptor instead.
 func (*RenderMemoryBlockRequest) Descriptor() ([]byte, []int) {
 	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RenderMemoryBlockRequest) GetTurn() *TurnReference {
+	if x != nil {
+		return x.Turn
+	}
+	return nil
 }
 
 // RenderMemoryBlockResponse is the section to load into the system prompt.
@@ -670,8 +686,9 @@ const file_memoria_v1_memory_block_service_proto_rawDesc = "" +
 	"memoria.v1\x1a\x1dmemoria/v1/memory_block.proto\"\x17\n" +
 	"\x15GetMemoryBlockRequest\"T\n" +
 	"\x16GetMemoryBlockResponse\x12:\n" +
-	"\fmemory_block\x18\x01 \x01(\v2\x17.memoria.v1.MemoryBlockR\vmemoryBlock\"\x1a\n" +
-	"\x18RenderMemoryBlockRequest\"\x94\x01\n" +
+	"\fmemory_block\x18\x01 \x01(\v2\x17.memoria.v1.MemoryBlockR\vmemoryBlock\"I\n" +
+	"\x18RenderMemoryBlockRequest\x12-\n" +
+	"\x04turn\x18\x01 \x01(\v2\x19.memoria.v1.TurnReferenceR\x04turn\"\x94\x01\n" +
 	"\x19RenderMemoryBlockResponse\x12%\n" +
 	"\x0eprompt_section\x18\x01 \x01(\tR\rpromptSection\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x1d\n" +
@@ -744,34 +761,36 @@ var file_memoria_v1_memory_block_service_proto_goTypes = []any{
 	(*UpdateMemorySettingsRequest)(nil),  // 10: memoria.v1.UpdateMemorySettingsRequest
 	(*UpdateMemorySettingsResponse)(nil), // 11: memoria.v1.UpdateMemorySettingsResponse
 	(*MemoryBlock)(nil),                  // 12: memoria.v1.MemoryBlock
-	(Writer)(0),                          // 13: memoria.v1.Writer
-	(*MemorySettings)(nil),               // 14: memoria.v1.MemorySettings
+	(*TurnReference)(nil),                // 13: memoria.v1.TurnReference
+	(Writer)(0),                          // 14: memoria.v1.Writer
+	(*MemorySettings)(nil),               // 15: memoria.v1.MemorySettings
 }
 var file_memoria_v1_memory_block_service_proto_depIdxs = []int32{
 	12, // 0: memoria.v1.GetMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
-	13, // 1: memoria.v1.RewriteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
-	12, // 2: memoria.v1.RewriteMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
-	13, // 3: memoria.v1.DeleteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
-	14, // 4: memoria.v1.GetMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
-	13, // 5: memoria.v1.UpdateMemorySettingsRequest.writer:type_name -> memoria.v1.Writer
-	14, // 6: memoria.v1.UpdateMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
-	0,  // 7: memoria.v1.MemoryBlockService.GetMemoryBlock:input_type -> memoria.v1.GetMemoryBlockRequest
-	2,  // 8: memoria.v1.MemoryBlockService.RenderMemoryBlock:input_type -> memoria.v1.RenderMemoryBlockRequest
-	4,  // 9: memoria.v1.MemoryBlockService.RewriteMemoryBlock:input_type -> memoria.v1.RewriteMemoryBlockRequest
-	6,  // 10: memoria.v1.MemoryBlockService.DeleteMemoryBlock:input_type -> memoria.v1.DeleteMemoryBlockRequest
-	8,  // 11: memoria.v1.MemoryBlockService.GetMemorySettings:input_type -> memoria.v1.GetMemorySettingsRequest
-	10, // 12: memoria.v1.MemoryBlockService.UpdateMemorySettings:input_type -> memoria.v1.UpdateMemorySettingsRequest
-	1,  // 13: memoria.v1.MemoryBlockService.GetMemoryBlock:output_type -> memoria.v1.GetMemoryBlockResponse
-	3,  // 14: memoria.v1.MemoryBlockService.RenderMemoryBlock:output_type -> memoria.v1.RenderMemoryBlockResponse
-	5,  // 15: memoria.v1.MemoryBlockService.RewriteMemoryBlock:output_type -> memoria.v1.RewriteMemoryBlockResponse
-	7,  // 16: memoria.v1.MemoryBlockService.DeleteMemoryBlock:output_type -> memoria.v1.DeleteMemoryBlockResponse
-	9,  // 17: memoria.v1.MemoryBlockService.GetMemorySettings:output_type -> memoria.v1.GetMemorySettingsResponse
-	11, // 18: memoria.v1.MemoryBlockService.UpdateMemorySettings:output_type -> memoria.v1.UpdateMemorySettingsResponse
-	13, // [13:19] is the sub-list for method output_type
-	7,  // [7:13] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	13, // 1: memoria.v1.RenderMemoryBlockRequest.turn:type_name -> memoria.v1.TurnReference
+	14, // 2: memoria.v1.RewriteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
+	12, // 3: memoria.v1.RewriteMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
+	14, // 4: memoria.v1.DeleteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
+	15, // 5: memoria.v1.GetMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
+	14, // 6: memoria.v1.UpdateMemorySettingsRequest.writer:type_name -> memoria.v1.Writer
+	15, // 7: memoria.v1.UpdateMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
+	0,  // 8: memoria.v1.MemoryBlockService.GetMemoryBlock:input_type -> memoria.v1.GetMemoryBlockRequest
+	2,  // 9: memoria.v1.MemoryBlockService.RenderMemoryBlock:input_type -> memoria.v1.RenderMemoryBlockRequest
+	4,  // 10: memoria.v1.MemoryBlockService.RewriteMemoryBlock:input_type -> memoria.v1.RewriteMemoryBlockRequest
+	6,  // 11: memoria.v1.MemoryBlockService.DeleteMemoryBlock:input_type -> memoria.v1.DeleteMemoryBlockRequest
+	8,  // 12: memoria.v1.MemoryBlockService.GetMemorySettings:input_type -> memoria.v1.GetMemorySettingsRequest
+	10, // 13: memoria.v1.MemoryBlockService.UpdateMemorySettings:input_type -> memoria.v1.UpdateMemorySettingsRequest
+	1,  // 14: memoria.v1.MemoryBlockService.GetMemoryBlock:output_type -> memoria.v1.GetMemoryBlockResponse
+	3,  // 15: memoria.v1.MemoryBlockService.RenderMemoryBlock:output_type -> memoria.v1.RenderMemoryBlockResponse
+	5,  // 16: memoria.v1.MemoryBlockService.RewriteMemoryBlock:output_type -> memoria.v1.RewriteMemoryBlockResponse
+	7,  // 17: memoria.v1.MemoryBlockService.DeleteMemoryBlock:output_type -> memoria.v1.DeleteMemoryBlockResponse
+	9,  // 18: memoria.v1.MemoryBlockService.GetMemorySettings:output_type -> memoria.v1.GetMemorySettingsResponse
+	11, // 19: memoria.v1.MemoryBlockService.UpdateMemorySettings:output_type -> memoria.v1.UpdateMemorySettingsResponse
+	14, // [14:20] is the sub-list for method output_type
+	8,  // [8:14] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_memoria_v1_memory_block_service_proto_init() }

@@ -9,6 +9,8 @@ from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from memoria.v1 import audit_service_pb2 as _audit_service_pb2
+from memoria.v1 import memory_block_pb2 as _memory_block_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -151,6 +153,7 @@ class SearchConversationsRequest(_message.Message):
 
     QUERY_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    TURN_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """What to look for: words, an id such as "acct-4821", or a paraphrase.
     1 to 4,000 characters after sanitizing.
@@ -159,15 +162,25 @@ class SearchConversationsRequest(_message.Message):
     """Number of turns wanted. 0 means the default (10); larger than 50 is
     capped at 50; negative is invalid.
     """
+    @_builtins.property
+    def turn(self) -> _memory_block_pb2.TurnReference:
+        """Optional: the turn this search is made for. When set, the server records
+        the query and the hits returned (their ids, ranks and scores, not their
+        text) for that turn, shown by GetTurnInspection. Unset: nothing is
+        recorded. Invalid ids fail with INVALID_ARGUMENT (`turn.conversation_id`,
+        `turn.turn_id`).
+        """
+
     def __init__(
         self,
         *,
         query: _builtins.str = ...,
         page_size: _builtins.int = ...,
+        turn: _memory_block_pb2.TurnReference | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["turn", b"turn"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "query", b"query"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "query", b"query", "turn", b"turn"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -351,3 +364,367 @@ class ErasePrincipalDataResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ErasePrincipalDataResponse: _TypeAlias = ErasePrincipalDataResponse  # noqa: Y015
+
+@_typing.final
+class GetTurnInspectionRequest(_message.Message):
+    """GetTurnInspectionRequest names one of the caller's turns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TURN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def turn(self) -> _memory_block_pb2.TurnReference:
+        """The turn to inspect. Required; its ids follow TurnReference's rules."""
+
+    def __init__(
+        self,
+        *,
+        turn: _memory_block_pb2.TurnReference | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["turn", b"turn"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["turn", b"turn"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTurnInspectionRequest: _TypeAlias = GetTurnInspectionRequest  # noqa: Y015
+
+@_typing.final
+class GetTurnInspectionResponse(_message.Message):
+    """GetTurnInspectionResponse is what the turn saw."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INSPECTION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def inspection(self) -> Global___TurnInspection:
+        """The record of the turn; empty lists when nothing was recorded for it."""
+
+    def __init__(
+        self,
+        *,
+        inspection: Global___TurnInspection | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["inspection", b"inspection"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["inspection", b"inspection"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTurnInspectionResponse: _TypeAlias = GetTurnInspectionResponse  # noqa: Y015
+
+@_typing.final
+class TurnInspection(_message.Message):
+    """TurnInspection lists what reached the model for one turn, oldest first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TURN_FIELD_NUMBER: _builtins.int
+    RENDERS_FIELD_NUMBER: _builtins.int
+    SEARCHES_FIELD_NUMBER: _builtins.int
+    CURRENT_ETAG_FIELD_NUMBER: _builtins.int
+    BLOCK_CHANGED_FIELD_NUMBER: _builtins.int
+    current_etag: _builtins.str
+    """The etag of the caller's block now; empty when the caller has no block."""
+    block_changed: _builtins.bool
+    """True when the block has changed since the turn's last render: its etag
+    differs from `current_etag`. False when nothing was rendered.
+    """
+    @_builtins.property
+    def turn(self) -> _memory_block_pb2.TurnReference:
+        """The turn inspected."""
+
+    @_builtins.property
+    def renders(self) -> _containers.RepeatedCompositeFieldContainer[Global___RenderRecord]:
+        """Each render made for the turn, oldest first."""
+
+    @_builtins.property
+    def searches(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchRecord]:
+        """Each search made for the turn, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        turn: _memory_block_pb2.TurnReference | None = ...,
+        renders: _abc.Iterable[Global___RenderRecord] | None = ...,
+        searches: _abc.Iterable[Global___SearchRecord] | None = ...,
+        current_etag: _builtins.str = ...,
+        block_changed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["turn", b"turn"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_changed", b"block_changed", "current_etag", b"current_etag", "renders", b"renders", "searches", b"searches", "turn", b"turn"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TurnInspection: _TypeAlias = TurnInspection  # noqa: Y015
+
+@_typing.final
+class RenderRecord(_message.Message):
+    """RenderRecord is one render of the memory block made for a turn."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ETAG_FIELD_NUMBER: _builtins.int
+    CHAR_COUNT_FIELD_NUMBER: _builtins.int
+    RENDER_TIME_FIELD_NUMBER: _builtins.int
+    BLOCK_CHANGED_FIELD_NUMBER: _builtins.int
+    etag: _builtins.str
+    """The etag of the block version rendered; empty when the section was empty
+    (no block, or memory off).
+    """
+    char_count: _builtins.int
+    """Characters (Unicode code points) of the block text rendered; 0 when the
+    section was empty.
+    """
+    block_changed: _builtins.bool
+    """True when this version is no longer the caller's block (its etag differs
+    from TurnInspection.current_etag).
+    """
+    @_builtins.property
+    def render_time(self) -> _timestamp_pb2.Timestamp:
+        """When the render was made."""
+
+    def __init__(
+        self,
+        *,
+        etag: _builtins.str = ...,
+        char_count: _builtins.int = ...,
+        render_time: _timestamp_pb2.Timestamp | None = ...,
+        block_changed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["render_time", b"render_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_changed", b"block_changed", "char_count", b"char_count", "etag", b"etag", "render_time", b"render_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenderRecord: _TypeAlias = RenderRecord  # noqa: Y015
+
+@_typing.final
+class SearchRecord(_message.Message):
+    """SearchRecord is one search made for a turn and what it returned."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_FIELD_NUMBER: _builtins.int
+    SEARCH_TIME_FIELD_NUMBER: _builtins.int
+    HITS_FIELD_NUMBER: _builtins.int
+    HIT_COUNT_FIELD_NUMBER: _builtins.int
+    query: _builtins.str
+    """The query as searched (sanitized), at most 4,000 characters."""
+    hit_count: _builtins.int
+    """How many hits the search returned, including any left out above."""
+    @_builtins.property
+    def search_time(self) -> _timestamp_pb2.Timestamp:
+        """When the search was made."""
+
+    @_builtins.property
+    def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchHit]:
+        """The hits the search returned, best first (rank 1 first). Hits in a
+        conversation deleted since are left out. `text` is the chunk's text as
+        the index holds it now: empty when that chunk is no longer indexed.
+        """
+
+    def __init__(
+        self,
+        *,
+        query: _builtins.str = ...,
+        search_time: _timestamp_pb2.Timestamp | None = ...,
+        hits: _abc.Iterable[Global___SearchHit] | None = ...,
+        hit_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["search_time", b"search_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hit_count", b"hit_count", "hits", b"hits", "query", b"query", "search_time", b"search_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchRecord: _TypeAlias = SearchRecord  # noqa: Y015
+
+@_typing.final
+class ExportPrincipalDataRequest(_message.Message):
+    """ExportPrincipalDataRequest asks for one page of the caller's export."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Maximum number of records to return. 0 means the default (100); larger
+    than 1,000 is capped at 1,000; negative is invalid. A page may hold fewer
+    records than asked even when more follow.
+    """
+    page_token: _builtins.str
+    """The `next_page_token` of the previous call. Empty for the first page.
+    Tokens are opaque, signed by the server and bound to the caller.
+    """
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportPrincipalDataRequest: _TypeAlias = ExportPrincipalDataRequest  # noqa: Y015
+
+@_typing.final
+class ExportPrincipalDataResponse(_message.Message):
+    """ExportPrincipalDataResponse is one page of the caller's export."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORDS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page; empty only when the export is complete."""
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExportRecord]:
+        """The records of this page, in export order: settings, memory block, audit
+        events (newest first), turns, deleted conversations.
+        """
+
+    def __init__(
+        self,
+        *,
+        records: _abc.Iterable[Global___ExportRecord] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportPrincipalDataResponse: _TypeAlias = ExportPrincipalDataResponse  # noqa: Y015
+
+@_typing.final
+class ExportRecord(_message.Message):
+    """ExportRecord is one item held about the caller; exactly one field is set."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SETTINGS_FIELD_NUMBER: _builtins.int
+    MEMORY_BLOCK_FIELD_NUMBER: _builtins.int
+    AUDIT_EVENT_FIELD_NUMBER: _builtins.int
+    TURN_FIELD_NUMBER: _builtins.int
+    DELETED_CONVERSATION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def settings(self) -> _memory_block_pb2.MemorySettings:
+        """The caller's memory settings (only when they were ever changed)."""
+
+    @_builtins.property
+    def memory_block(self) -> _memory_block_pb2.MemoryBlock:
+        """The caller's memory block (only when there is one)."""
+
+    @_builtins.property
+    def audit_event(self) -> _audit_service_pb2.AuditEvent:
+        """One audit event about the caller (`principal_id` is the caller)."""
+
+    @_builtins.property
+    def turn(self) -> Global___ExportedTurn:
+        """One accepted turn with its indexed text."""
+
+    @_builtins.property
+    def deleted_conversation(self) -> Global___DeletedConversation:
+        """One deleted conversation, whose turns are no longer held."""
+
+    def __init__(
+        self,
+        *,
+        settings: _memory_block_pb2.MemorySettings | None = ...,
+        memory_block: _memory_block_pb2.MemoryBlock | None = ...,
+        audit_event: _audit_service_pb2.AuditEvent | None = ...,
+        turn: Global___ExportedTurn | None = ...,
+        deleted_conversation: Global___DeletedConversation | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["audit_event", b"audit_event", "deleted_conversation", b"deleted_conversation", "memory_block", b"memory_block", "record", b"record", "settings", b"settings", "turn", b"turn"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit_event", b"audit_event", "deleted_conversation", b"deleted_conversation", "memory_block", b"memory_block", "record", b"record", "settings", b"settings", "turn", b"turn"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["settings", "memory_block", "audit_event", "turn", "deleted_conversation"]  # noqa: Y015
+    _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
+
+Global___ExportRecord: _TypeAlias = ExportRecord  # noqa: Y015
+
+@_typing.final
+class ExportedTurn(_message.Message):
+    """ExportedTurn is one accepted turn as Memoria holds it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONVERSATION_ID_FIELD_NUMBER: _builtins.int
+    TURN_ID_FIELD_NUMBER: _builtins.int
+    TURN_TIME_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    INDEXED_FIELD_NUMBER: _builtins.int
+    conversation_id: _builtins.str
+    """The conversation the turn belongs to."""
+    turn_id: _builtins.str
+    """The turn within the conversation."""
+    text: _builtins.str
+    """The text held: the sanitized question, a blank line and the sanitized
+    answer, with credentials replaced, cut after 10 chunks (40,000
+    characters). Sending it as IndexTurn's `question` (empty `answer`) makes
+    the same chunks.
+    """
+    indexed: _builtins.bool
+    """True when the turn is indexed (searchable); false while it waits in the
+    queue or after indexing failed for good.
+    """
+    @_builtins.property
+    def turn_time(self) -> _timestamp_pb2.Timestamp:
+        """When the turn happened, as sent to IndexTurn."""
+
+    def __init__(
+        self,
+        *,
+        conversation_id: _builtins.str = ...,
+        turn_id: _builtins.str = ...,
+        turn_time: _timestamp_pb2.Timestamp | None = ...,
+        text: _builtins.str = ...,
+        indexed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["turn_time", b"turn_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation_id", b"conversation_id", "indexed", b"indexed", "text", b"text", "turn_id", b"turn_id", "turn_time", b"turn_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportedTurn: _TypeAlias = ExportedTurn  # noqa: Y015
+
+@_typing.final
+class DeletedConversation(_message.Message):
+    """DeletedConversation is a conversation the caller deleted: its id is kept so
+    no late turn can bring it back.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONVERSATION_ID_FIELD_NUMBER: _builtins.int
+    DELETE_TIME_FIELD_NUMBER: _builtins.int
+    conversation_id: _builtins.str
+    """The conversation's id."""
+    @_builtins.property
+    def delete_time(self) -> _timestamp_pb2.Timestamp:
+        """When it was deleted."""
+
+    def __init__(
+        self,
+        *,
+        conversation_id: _builtins.str = ...,
+        delete_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["delete_time", b"delete_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation_id", b"conversation_id", "delete_time", b"delete_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeletedConversation: _TypeAlias = DeletedConversation  # noqa: Y015

@@ -63,6 +63,16 @@ class ConversationSearchServiceStub:
                 request_serializer=memoria_dot_v1_dot_conversation__search__service__pb2.ErasePrincipalDataRequest.SerializeToString,
                 response_deserializer=memoria_dot_v1_dot_conversation__search__service__pb2.ErasePrincipalDataResponse.FromString,
                 _registered_method=True)
+        self.GetTurnInspection = channel.unary_unary(
+                '/memoria.v1.ConversationSearchService/GetTurnInspection',
+                request_serializer=memoria_dot_v1_dot_conversation__search__service__pb2.GetTurnInspectionRequest.SerializeToString,
+                response_deserializer=memoria_dot_v1_dot_conversation__search__service__pb2.GetTurnInspectionResponse.FromString,
+                _registered_method=True)
+        self.ExportPrincipalData = channel.unary_unary(
+                '/memoria.v1.ConversationSearchService/ExportPrincipalData',
+                request_serializer=memoria_dot_v1_dot_conversation__search__service__pb2.ExportPrincipalDataRequest.SerializeToString,
+                response_deserializer=memoria_dot_v1_dot_conversation__search__service__pb2.ExportPrincipalDataResponse.FromString,
+                _registered_method=True)
 
 
 class ConversationSearchServiceServicer:
@@ -125,6 +135,37 @@ class ConversationSearchServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTurnInspection(self, request, context):
+        """GetTurnInspection returns what one of the caller's turns saw: each memory
+        block version rendered for it and each search made for it (the calls that
+        carried this turn in their `turn` field), and whether the block has
+        changed since. A turn with no record gets an empty inspection, not an
+        error. Records are kept for a configurable time (30 days by default) and
+        removed with the conversation and with erasure; search hits in
+        conversations deleted since are left out, and hit text is read from the
+        index when the inspection is asked for, so no record keeps a deleted
+        conversation's text. The caller's own turns only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportPrincipalData(self, request, context):
+        """ExportPrincipalData returns everything Memoria holds about the caller
+        (the right of access and portability), one page at a time: settings,
+        memory block, audit events, every indexed or pending turn with its text,
+        and the ids of deleted conversations. `memoria export` writes the pages
+        as JSON Lines and `memoria import` loads them into another deployment.
+        The caller's own data only: no rule lets anyone else read a principal's
+        block or turns, so a tenant administrator cannot export another
+        principal. An erased principal's export is empty. Each page is read in
+        its own snapshot; data changed during an export may appear in a later
+        page or not at all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConversationSearchServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +188,16 @@ def add_ConversationSearchServiceServicer_to_server(servicer, server):
                     servicer.ErasePrincipalData,
                     request_deserializer=memoria_dot_v1_dot_conversation__search__service__pb2.ErasePrincipalDataRequest.FromString,
                     response_serializer=memoria_dot_v1_dot_conversation__search__service__pb2.ErasePrincipalDataResponse.SerializeToString,
+            ),
+            'GetTurnInspection': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTurnInspection,
+                    request_deserializer=memoria_dot_v1_dot_conversation__search__service__pb2.GetTurnInspectionRequest.FromString,
+                    response_serializer=memoria_dot_v1_dot_conversation__search__service__pb2.GetTurnInspectionResponse.SerializeToString,
+            ),
+            'ExportPrincipalData': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportPrincipalData,
+                    request_deserializer=memoria_dot_v1_dot_conversation__search__service__pb2.ExportPrincipalDataRequest.FromString,
+                    response_serializer=memoria_dot_v1_dot_conversation__search__service__pb2.ExportPrincipalDataResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -266,6 +317,60 @@ class ConversationSearchService:
             '/memoria.v1.ConversationSearchService/ErasePrincipalData',
             memoria_dot_v1_dot_conversation__search__service__pb2.ErasePrincipalDataRequest.SerializeToString,
             memoria_dot_v1_dot_conversation__search__service__pb2.ErasePrincipalDataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTurnInspection(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memoria.v1.ConversationSearchService/GetTurnInspection',
+            memoria_dot_v1_dot_conversation__search__service__pb2.GetTurnInspectionRequest.SerializeToString,
+            memoria_dot_v1_dot_conversation__search__service__pb2.GetTurnInspectionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportPrincipalData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memoria.v1.ConversationSearchService/ExportPrincipalData',
+            memoria_dot_v1_dot_conversation__search__service__pb2.ExportPrincipalDataRequest.SerializeToString,
+            memoria_dot_v1_dot_conversation__search__service__pb2.ExportPrincipalDataResponse.FromString,
             options,
             channel_credentials,
             insecure,

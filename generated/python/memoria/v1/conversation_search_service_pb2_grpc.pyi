@@ -74,6 +74,29 @@ class ConversationSearchServiceStub:
     administrator may erase any principal of its tenant. The principal may
     use Memoria again afterwards, starting from nothing.
     """
+    GetTurnInspection: _grpc.UnaryUnaryMultiCallable[_conversation_search_service_pb2.GetTurnInspectionRequest, _conversation_search_service_pb2.GetTurnInspectionResponse]
+    """GetTurnInspection returns what one of the caller's turns saw: each memory
+    block version rendered for it and each search made for it (the calls that
+    carried this turn in their `turn` field), and whether the block has
+    changed since. A turn with no record gets an empty inspection, not an
+    error. Records are kept for a configurable time (30 days by default) and
+    removed with the conversation and with erasure; search hits in
+    conversations deleted since are left out, and hit text is read from the
+    index when the inspection is asked for, so no record keeps a deleted
+    conversation's text. The caller's own turns only.
+    """
+    ExportPrincipalData: _grpc.UnaryUnaryMultiCallable[_conversation_search_service_pb2.ExportPrincipalDataRequest, _conversation_search_service_pb2.ExportPrincipalDataResponse]
+    """ExportPrincipalData returns everything Memoria holds about the caller
+    (the right of access and portability), one page at a time: settings,
+    memory block, audit events, every indexed or pending turn with its text,
+    and the ids of deleted conversations. `memoria export` writes the pages
+    as JSON Lines and `memoria import` loads them into another deployment.
+    The caller's own data only: no rule lets anyone else read a principal's
+    block or turns, so a tenant administrator cannot export another
+    principal. An erased principal's export is empty. Each page is read in
+    its own snapshot; data changed during an export may appear in a later
+    page or not at all.
+    """
 
 @_typing.type_check_only
 class ConversationSearchServiceAsyncStub(ConversationSearchServiceStub):
@@ -120,6 +143,29 @@ class ConversationSearchServiceAsyncStub(ConversationSearchServiceStub):
     keeps only counts. A principal may erase its own data; a tenant
     administrator may erase any principal of its tenant. The principal may
     use Memoria again afterwards, starting from nothing.
+    """
+    GetTurnInspection: _aio.UnaryUnaryMultiCallable[_conversation_search_service_pb2.GetTurnInspectionRequest, _conversation_search_service_pb2.GetTurnInspectionResponse]  # type: ignore[assignment]
+    """GetTurnInspection returns what one of the caller's turns saw: each memory
+    block version rendered for it and each search made for it (the calls that
+    carried this turn in their `turn` field), and whether the block has
+    changed since. A turn with no record gets an empty inspection, not an
+    error. Records are kept for a configurable time (30 days by default) and
+    removed with the conversation and with erasure; search hits in
+    conversations deleted since are left out, and hit text is read from the
+    index when the inspection is asked for, so no record keeps a deleted
+    conversation's text. The caller's own turns only.
+    """
+    ExportPrincipalData: _aio.UnaryUnaryMultiCallable[_conversation_search_service_pb2.ExportPrincipalDataRequest, _conversation_search_service_pb2.ExportPrincipalDataResponse]  # type: ignore[assignment]
+    """ExportPrincipalData returns everything Memoria holds about the caller
+    (the right of access and portability), one page at a time: settings,
+    memory block, audit events, every indexed or pending turn with its text,
+    and the ids of deleted conversations. `memoria export` writes the pages
+    as JSON Lines and `memoria import` loads them into another deployment.
+    The caller's own data only: no rule lets anyone else read a principal's
+    block or turns, so a tenant administrator cannot export another
+    principal. An erased principal's export is empty. Each page is read in
+    its own snapshot; data changed during an export may appear in a later
+    page or not at all.
     """
 
 class ConversationSearchServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -188,6 +234,41 @@ class ConversationSearchServiceServicer(metaclass=_abc_1.ABCMeta):
         keeps only counts. A principal may erase its own data; a tenant
         administrator may erase any principal of its tenant. The principal may
         use Memoria again afterwards, starting from nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def GetTurnInspection(
+        self,
+        request: _conversation_search_service_pb2.GetTurnInspectionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_conversation_search_service_pb2.GetTurnInspectionResponse, _abc.Awaitable[_conversation_search_service_pb2.GetTurnInspectionResponse]]:
+        """GetTurnInspection returns what one of the caller's turns saw: each memory
+        block version rendered for it and each search made for it (the calls that
+        carried this turn in their `turn` field), and whether the block has
+        changed since. A turn with no record gets an empty inspection, not an
+        error. Records are kept for a configurable time (30 days by default) and
+        removed with the conversation and with erasure; search hits in
+        conversations deleted since are left out, and hit text is read from the
+        index when the inspection is asked for, so no record keeps a deleted
+        conversation's text. The caller's own turns only.
+        """
+
+    @_abc_1.abstractmethod
+    def ExportPrincipalData(
+        self,
+        request: _conversation_search_service_pb2.ExportPrincipalDataRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_conversation_search_service_pb2.ExportPrincipalDataResponse, _abc.Awaitable[_conversation_search_service_pb2.ExportPrincipalDataResponse]]:
+        """ExportPrincipalData returns everything Memoria holds about the caller
+        (the right of access and portability), one page at a time: settings,
+        memory block, audit events, every indexed or pending turn with its text,
+        and the ids of deleted conversations. `memoria export` writes the pages
+        as JSON Lines and `memoria import` loads them into another deployment.
+        The caller's own data only: no rule lets anyone else read a principal's
+        block or turns, so a tenant administrator cannot export another
+        principal. An erased principal's export is empty. Each page is read in
+        its own snapshot; data changed during an export may appear in a later
+        page or not at all.
         """
 
 def add_ConversationSearchServiceServicer_to_server(servicer: ConversationSearchServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -25,17 +25,19 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmemoria/v1/memory_block.proto\x12\nmemoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x01\n\x0bMemoryBlock\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x12\n\nchar_count\x18\x02 \x01(\x05\x12\x12\n\nchar_limit\x18\x03 \x01(\x05\x12\x0c\n\x04\x65tag\x18\x04 \x01(\t\x12/\n\x0bupdate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Y\n\x0eMemorySettings\x12\x16\n\x0ememory_enabled\x18\x01 \x01(\x08\x12/\n\x0bupdate_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*C\n\x06Writer\x12\x16\n\x12WRITER_UNSPECIFIED\x10\x00\x12\x10\n\x0cWRITER_MODEL\x10\x01\x12\x0f\n\x0bWRITER_USER\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmemoria/v1/memory_block.proto\x12\nmemoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x01\n\x0bMemoryBlock\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x12\n\nchar_count\x18\x02 \x01(\x05\x12\x12\n\nchar_limit\x18\x03 \x01(\x05\x12\x0c\n\x04\x65tag\x18\x04 \x01(\t\x12/\n\x0bupdate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Y\n\x0eMemorySettings\x12\x16\n\x0ememory_enabled\x18\x01 \x01(\x08\x12/\n\x0bupdate_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"9\n\rTurnReference\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t*C\n\x06Writer\x12\x16\n\x12WRITER_UNSPECIFIED\x10\x00\x12\x10\n\x0cWRITER_MODEL\x10\x01\x12\x0f\n\x0bWRITER_USER\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memoria.v1.memory_block_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WRITER']._serialized_start=302
-  _globals['_WRITER']._serialized_end=369
+  _globals['_WRITER']._serialized_start=361
+  _globals['_WRITER']._serialized_end=428
   _globals['_MEMORYBLOCK']._serialized_start=79
   _globals['_MEMORYBLOCK']._serialized_end=209
   _globals['_MEMORYSETTINGS']._serialized_start=211
   _globals['_MEMORYSETTINGS']._serialized_end=300
+  _globals['_TURNREFERENCE']._serialized_start=302
+  _globals['_TURNREFERENCE']._serialized_end=359
 # @@protoc_insertion_point(module_scope)

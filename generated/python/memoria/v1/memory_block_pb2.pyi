@@ -133,3 +133,36 @@ class MemorySettings(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MemorySettings: _TypeAlias = MemorySettings  # noqa: Y015
+
+@_typing.final
+class TurnReference(_message.Message):
+    """TurnReference names one turn of one of the caller's conversations, so the
+    server can record what that turn saw (the inspector: GetTurnInspection). The
+    ids are the caller's, as sent to IndexTurn; the turn need not be indexed yet.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONVERSATION_ID_FIELD_NUMBER: _builtins.int
+    TURN_ID_FIELD_NUMBER: _builtins.int
+    conversation_id: _builtins.str
+    """The conversation: 1 to 128 characters, no control or invisible
+    characters. Scoped to the calling principal.
+    """
+    turn_id: _builtins.str
+    """The turn within the conversation: 1 to 128 characters, no control or
+    invisible characters.
+    """
+    def __init__(
+        self,
+        *,
+        conversation_id: _builtins.str = ...,
+        turn_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation_id", b"conversation_id", "turn_id", b"turn_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TurnReference: _TypeAlias = TurnReference  # noqa: Y015

@@ -62,16 +62,31 @@ Global___GetMemoryBlockResponse: _TypeAlias = GetMemoryBlockResponse  # noqa: Y0
 
 @_typing.final
 class RenderMemoryBlockRequest(_message.Message):
-    """RenderMemoryBlockRequest has no fields: the block is the caller's."""
+    """RenderMemoryBlockRequest asks for the caller's prompt section."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    TURN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def turn(self) -> _memory_block_pb2.TurnReference:
+        """Optional: the turn this render is for. When set, the server records the
+        version rendered (etag, character count, time) for that turn, so
+        ConversationSearchService.GetTurnInspection can show later what memory
+        the turn saw. Unset (the default): nothing is recorded. Records are kept
+        for a configurable time (30 days by default) and removed with the
+        conversation and with the principal's erasure. Nothing is recorded for a
+        deleted conversation. Invalid ids fail with INVALID_ARGUMENT
+        (`turn.conversation_id`, `turn.turn_id`).
+        """
+
     def __init__(
         self,
+        *,
+        turn: _memory_block_pb2.TurnReference | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["turn", b"turn"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["turn", b"turn"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

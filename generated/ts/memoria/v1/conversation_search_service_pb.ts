@@ -6,13 +6,17 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { AuditEvent } from "./audit_service_pb.js";
+import { file_memoria_v1_audit_service } from "./audit_service_pb.js";
+import type { MemoryBlock, MemorySettings, TurnReference } from "./memory_block_pb.js";
+import { file_memoria_v1_memory_block } from "./memory_block_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file memoria/v1/conversation_search_service.proto.
  */
 export const file_memoria_v1_conversation_search_service: GenFile = /*@__PURE__*/
-  fileDesc("CixtZW1vcmlhL3YxL2NvbnZlcnNhdGlvbl9zZWFyY2hfc2VydmljZS5wcm90bxIKbWVtb3JpYS52MSKbAQoQSW5kZXhUdXJuUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRIQCghxdWVzdGlvbhgDIAEoCRIOCgZhbnN3ZXIYBCABKAkSLQoJdHVybl90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR3YWl0GAYgASgIIoYBChFJbmRleFR1cm5SZXNwb25zZRItCgdvdXRjb21lGAEgASgOMhwubWVtb3JpYS52MS5JbmRleFR1cm5PdXRjb21lEhMKC2NodW5rX2NvdW50GAIgASgFEhEKCXRydW5jYXRlZBgDIAEoCBIaChJpbmRleGVkX2NoYXJfY291bnQYBCABKAUiPgoaU2VhcmNoQ29udmVyc2F0aW9uc1JlcXVlc3QSDQoFcXVlcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFIkIKG1NlYXJjaENvbnZlcnNhdGlvbnNSZXNwb25zZRIjCgRoaXRzGAEgAygLMhUubWVtb3JpYS52MS5TZWFyY2hIaXQiwwEKCVNlYXJjaEhpdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRITCgtjaHVua19pbmRleBgDIAEoBRIMCgR0ZXh0GAQgASgJEi0KCXR1cm5fdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFc2NvcmUYBiABKAESFAoMa2V5d29yZF9yYW5rGAcgASgFEhUKDXNlbWFudGljX3JhbmsYCCABKAUiNAoZRGVsZXRlQ29udmVyc2F0aW9uUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkiOAoaRGVsZXRlQ29udmVyc2F0aW9uUmVzcG9uc2USGgoSZGVsZXRlZF90dXJuX2NvdW50GAEgASgFIjEKGUVyYXNlUHJpbmNpcGFsRGF0YVJlcXVlc3QSFAoMcHJpbmNpcGFsX2lkGAEgASgJIlQKGkVyYXNlUHJpbmNpcGFsRGF0YVJlc3BvbnNlEhoKEnJlbW92ZWRfbGluZV9jb3VudBgBIAEoBRIaChJkZWxldGVkX3R1cm5fY291bnQYAiABKAUqpwEKEEluZGV4VHVybk91dGNvbWUSIgoeSU5ERVhfVFVSTl9PVVRDT01FX1VOU1BFQ0lGSUVEEAASHwobSU5ERVhfVFVSTl9PVVRDT01FX0FDQ0VQVEVEEAESHgoaSU5ERVhfVFVSTl9PVVRDT01FX0lOREVYRUQQAhIuCipJTkRFWF9UVVJOX09VVENPTUVfU0tJUFBFRF9NRU1PUllfRElTQUJMRUQQAzKrAwoZQ29udmVyc2F0aW9uU2VhcmNoU2VydmljZRJNCglJbmRleFR1cm4SHC5tZW1vcmlhLnYxLkluZGV4VHVyblJlcXVlc3QaHS5tZW1vcmlhLnYxLkluZGV4VHVyblJlc3BvbnNlIgOQAgISawoTU2VhcmNoQ29udmVyc2F0aW9ucxImLm1lbW9yaWEudjEuU2VhcmNoQ29udmVyc2F0aW9uc1JlcXVlc3QaJy5tZW1vcmlhLnYxLlNlYXJjaENvbnZlcnNhdGlvbnNSZXNwb25zZSIDkAIBEmgKEkRlbGV0ZUNvbnZlcnNhdGlvbhIlLm1lbW9yaWEudjEuRGVsZXRlQ29udmVyc2F0aW9uUmVxdWVzdBomLm1lbW9yaWEudjEuRGVsZXRlQ29udmVyc2F0aW9uUmVzcG9uc2UiA5ACAhJoChJFcmFzZVByaW5jaXBhbERhdGESJS5tZW1vcmlhLnYxLkVyYXNlUHJpbmNpcGFsRGF0YVJlcXVlc3QaJi5tZW1vcmlhLnYxLkVyYXNlUHJpbmNpcGFsRGF0YVJlc3BvbnNlIgOQAgJCpAEKDmNvbS5tZW1vcmlhLnYxQh5Db252ZXJzYXRpb25TZWFyY2hTZXJ2aWNlUHJvdG9QAVopbWVtb3JpYS9nZW5lcmF0ZWQvZ28vbWVtb3JpYS92MTttZW1vcmlhdjGiAgNNWFiqAgpNZW1vcmlhLlYxygIKTWVtb3JpYVxWMeICFk1lbW9yaWFcVjFcR1BCTWV0YWRhdGHqAgtNZW1vcmlhOjpWMWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("CixtZW1vcmlhL3YxL2NvbnZlcnNhdGlvbl9zZWFyY2hfc2VydmljZS5wcm90bxIKbWVtb3JpYS52MSKbAQoQSW5kZXhUdXJuUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRIQCghxdWVzdGlvbhgDIAEoCRIOCgZhbnN3ZXIYBCABKAkSLQoJdHVybl90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR3YWl0GAYgASgIIoYBChFJbmRleFR1cm5SZXNwb25zZRItCgdvdXRjb21lGAEgASgOMhwubWVtb3JpYS52MS5JbmRleFR1cm5PdXRjb21lEhMKC2NodW5rX2NvdW50GAIgASgFEhEKCXRydW5jYXRlZBgDIAEoCBIaChJpbmRleGVkX2NoYXJfY291bnQYBCABKAUiZwoaU2VhcmNoQ29udmVyc2F0aW9uc1JlcXVlc3QSDQoFcXVlcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEicKBHR1cm4YAyABKAsyGS5tZW1vcmlhLnYxLlR1cm5SZWZlcmVuY2UiQgobU2VhcmNoQ29udmVyc2F0aW9uc1Jlc3BvbnNlEiMKBGhpdHMYASADKAsyFS5tZW1vcmlhLnYxLlNlYXJjaEhpdCLDAQoJU2VhcmNoSGl0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEhMKC2NodW5rX2luZGV4GAMgASgFEgwKBHRleHQYBCABKAkSLQoJdHVybl90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVzY29yZRgGIAEoARIUCgxrZXl3b3JkX3JhbmsYByABKAUSFQoNc2VtYW50aWNfcmFuaxgIIAEoBSI0ChlEZWxldGVDb252ZXJzYXRpb25SZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCSI4ChpEZWxldGVDb252ZXJzYXRpb25SZXNwb25zZRIaChJkZWxldGVkX3R1cm5fY291bnQYASABKAUiMQoZRXJhc2VQcmluY2lwYWxEYXRhUmVxdWVzdBIUCgxwcmluY2lwYWxfaWQYASABKAkiVAoaRXJhc2VQcmluY2lwYWxEYXRhUmVzcG9uc2USGgoScmVtb3ZlZF9saW5lX2NvdW50GAEgASgFEhoKEmRlbGV0ZWRfdHVybl9jb3VudBgCIAEoBSJDChhHZXRUdXJuSW5zcGVjdGlvblJlcXVlc3QSJwoEdHVybhgBIAEoCzIZLm1lbW9yaWEudjEuVHVyblJlZmVyZW5jZSJLChlHZXRUdXJuSW5zcGVjdGlvblJlc3BvbnNlEi4KCmluc3BlY3Rpb24YASABKAsyGi5tZW1vcmlhLnYxLlR1cm5JbnNwZWN0aW9uIr0BCg5UdXJuSW5zcGVjdGlvbhInCgR0dXJuGAEgASgLMhkubWVtb3JpYS52MS5UdXJuUmVmZXJlbmNlEikKB3JlbmRlcnMYAiADKAsyGC5tZW1vcmlhLnYxLlJlbmRlclJlY29yZBIqCghzZWFyY2hlcxgDIAMoCzIYLm1lbW9yaWEudjEuU2VhcmNoUmVjb3JkEhQKDGN1cnJlbnRfZXRhZxgEIAEoCRIVCg1ibG9ja19jaGFuZ2VkGAUgASgIIngKDFJlbmRlclJlY29yZBIMCgRldGFnGAEgASgJEhIKCmNoYXJfY291bnQYAiABKAUSLwoLcmVuZGVyX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWJsb2NrX2NoYW5nZWQYBCABKAgihgEKDFNlYXJjaFJlY29yZBINCgVxdWVyeRgBIAEoCRIvCgtzZWFyY2hfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIwoEaGl0cxgDIAMoCzIVLm1lbW9yaWEudjEuU2VhcmNoSGl0EhEKCWhpdF9jb3VudBgEIAEoBSJDChpFeHBvcnRQcmluY2lwYWxEYXRhUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJhChtFeHBvcnRQcmluY2lwYWxEYXRhUmVzcG9uc2USKQoHcmVjb3JkcxgBIAMoCzIYLm1lbW9yaWEudjEuRXhwb3J0UmVjb3JkEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKTAgoMRXhwb3J0UmVjb3JkEi4KCHNldHRpbmdzGAEgASgLMhoubWVtb3JpYS52MS5NZW1vcnlTZXR0aW5nc0gAEi8KDG1lbW9yeV9ibG9jaxgCIAEoCzIXLm1lbW9yaWEudjEuTWVtb3J5QmxvY2tIABItCgthdWRpdF9ldmVudBgDIAEoCzIWLm1lbW9yaWEudjEuQXVkaXRFdmVudEgAEigKBHR1cm4YBCABKAsyGC5tZW1vcmlhLnYxLkV4cG9ydGVkVHVybkgAEj8KFGRlbGV0ZWRfY29udmVyc2F0aW9uGAUgASgLMh8ubWVtb3JpYS52MS5EZWxldGVkQ29udmVyc2F0aW9uSABCCAoGcmVjb3JkIoYBCgxFeHBvcnRlZFR1cm4SFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3R1cm5faWQYAiABKAkSLQoJdHVybl90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0ZXh0GAQgASgJEg8KB2luZGV4ZWQYBSABKAgiXwoTRGVsZXRlZENvbnZlcnNhdGlvbhIXCg9jb252ZXJzYXRpb25faWQYASABKAkSLwoLZGVsZXRlX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKqcBChBJbmRleFR1cm5PdXRjb21lEiIKHklOREVYX1RVUk5fT1VUQ09NRV9VTlNQRUNJRklFRBAAEh8KG0lOREVYX1RVUk5fT1VUQ09NRV9BQ0NFUFRFRBABEh4KGklOREVYX1RVUk5fT1VUQ09NRV9JTkRFWEVEEAISLgoqSU5ERVhfVFVSTl9PVVRDT01FX1NLSVBQRURfTUVNT1JZX0RJU0FCTEVEEAMy/wQKGUNvbnZlcnNhdGlvblNlYXJjaFNlcnZpY2USTQoJSW5kZXhUdXJuEhwubWVtb3JpYS52MS5JbmRleFR1cm5SZXF1ZXN0Gh0ubWVtb3JpYS52MS5JbmRleFR1cm5SZXNwb25zZSIDkAICEmsKE1NlYXJjaENvbnZlcnNhdGlvbnMSJi5tZW1vcmlhLnYxLlNlYXJjaENvbnZlcnNhdGlvbnNSZXF1ZXN0GicubWVtb3JpYS52MS5TZWFyY2hDb252ZXJzYXRpb25zUmVzcG9uc2UiA5ACARJoChJEZWxldGVDb252ZXJzYXRpb24SJS5tZW1vcmlhLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlcXVlc3QaJi5tZW1vcmlhLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlc3BvbnNlIgOQAgISaAoSRXJhc2VQcmluY2lwYWxEYXRhEiUubWVtb3JpYS52MS5FcmFzZVByaW5jaXBhbERhdGFSZXF1ZXN0GiYubWVtb3JpYS52MS5FcmFzZVByaW5jaXBhbERhdGFSZXNwb25zZSIDkAICEmUKEUdldFR1cm5JbnNwZWN0aW9uEiQubWVtb3JpYS52MS5HZXRUdXJuSW5zcGVjdGlvblJlcXVlc3QaJS5tZW1vcmlhLnYxLkdldFR1cm5JbnNwZWN0aW9uUmVzcG9uc2UiA5ACARJrChNFeHBvcnRQcmluY2lwYWxEYXRhEiYubWVtb3JpYS52MS5FeHBvcnRQcmluY2lwYWxEYXRhUmVxdWVzdBonLm1lbW9yaWEudjEuRXhwb3J0UHJpbmNpcGFsRGF0YVJlc3BvbnNlIgOQAgFCpAEKDmNvbS5tZW1vcmlhLnYxQh5Db252ZXJzYXRpb25TZWFyY2hTZXJ2aWNlUHJvdG9QAVopbWVtb3JpYS9nZW5lcmF0ZWQvZ28vbWVtb3JpYS92MTttZW1vcmlhdjGiAgNNWFiqAgpNZW1vcmlhLlYxygIKTWVtb3JpYVxWMeICFk1lbW9yaWFcVjFcR1BCTWV0YWRhdGHqAgtNZW1vcmlhOjpWMWIGcHJvdG8z", [file_google_protobuf_timestamp, file_memoria_v1_audit_service, file_memoria_v1_memory_block]);
 
 /**
  * IndexTurnRequest is one finished turn of a conversation.
@@ -142,6 +146,17 @@ export type SearchConversationsRequest = Message<"memoria.v1.SearchConversations
    * @generated from field: int32 page_size = 2;
    */
   pageSize: number;
+
+  /**
+   * Optional: the turn this search is made for. When set, the server records
+   * the query and the hits returned (their ids, ranks and scores, not their
+   * text) for that turn, shown by GetTurnInspection. Unset: nothing is
+   * recorded. Invalid ids fail with INVALID_ARGUMENT (`turn.conversation_id`,
+   * `turn.turn_id`).
+   *
+   * @generated from field: memoria.v1.TurnReference turn = 3;
+   */
+  turn?: TurnReference | undefined;
 };
 
 /**
@@ -340,6 +355,390 @@ export const ErasePrincipalDataResponseSchema: GenMessage<ErasePrincipalDataResp
   messageDesc(file_memoria_v1_conversation_search_service, 8);
 
 /**
+ * GetTurnInspectionRequest names one of the caller's turns.
+ *
+ * @generated from message memoria.v1.GetTurnInspectionRequest
+ */
+export type GetTurnInspectionRequest = Message<"memoria.v1.GetTurnInspectionRequest"> & {
+  /**
+   * The turn to inspect. Required; its ids follow TurnReference's rules.
+   *
+   * @generated from field: memoria.v1.TurnReference turn = 1;
+   */
+  turn?: TurnReference | undefined;
+};
+
+/**
+ * Describes the message memoria.v1.GetTurnInspectionRequest.
+ * Use `create(GetTurnInspectionRequestSchema)` to create a new message.
+ */
+export const GetTurnInspectionRequestSchema: GenMessage<GetTurnInspectionRequest> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 9);
+
+/**
+ * GetTurnInspectionResponse is what the turn saw.
+ *
+ * @generated from message memoria.v1.GetTurnInspectionResponse
+ */
+export type GetTurnInspectionResponse = Message<"memoria.v1.GetTurnInspectionResponse"> & {
+  /**
+   * The record of the turn; empty lists when nothing was recorded for it.
+   *
+   * @generated from field: memoria.v1.TurnInspection inspection = 1;
+   */
+  inspection?: TurnInspection | undefined;
+};
+
+/**
+ * Describes the message memoria.v1.GetTurnInspectionResponse.
+ * Use `create(GetTurnInspectionResponseSchema)` to create a new message.
+ */
+export const GetTurnInspectionResponseSchema: GenMessage<GetTurnInspectionResponse> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 10);
+
+/**
+ * TurnInspection lists what reached the model for one turn, oldest first.
+ *
+ * @generated from message memoria.v1.TurnInspection
+ */
+export type TurnInspection = Message<"memoria.v1.TurnInspection"> & {
+  /**
+   * The turn inspected.
+   *
+   * @generated from field: memoria.v1.TurnReference turn = 1;
+   */
+  turn?: TurnReference | undefined;
+
+  /**
+   * Each render made for the turn, oldest first.
+   *
+   * @generated from field: repeated memoria.v1.RenderRecord renders = 2;
+   */
+  renders: RenderRecord[];
+
+  /**
+   * Each search made for the turn, oldest first.
+   *
+   * @generated from field: repeated memoria.v1.SearchRecord searches = 3;
+   */
+  searches: SearchRecord[];
+
+  /**
+   * The etag of the caller's block now; empty when the caller has no block.
+   *
+   * @generated from field: string current_etag = 4;
+   */
+  currentEtag: string;
+
+  /**
+   * True when the block has changed since the turn's last render: its etag
+   * differs from `current_etag`. False when nothing was rendered.
+   *
+   * @generated from field: bool block_changed = 5;
+   */
+  blockChanged: boolean;
+};
+
+/**
+ * Describes the message memoria.v1.TurnInspection.
+ * Use `create(TurnInspectionSchema)` to create a new message.
+ */
+export const TurnInspectionSchema: GenMessage<TurnInspection> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 11);
+
+/**
+ * RenderRecord is one render of the memory block made for a turn.
+ *
+ * @generated from message memoria.v1.RenderRecord
+ */
+export type RenderRecord = Message<"memoria.v1.RenderRecord"> & {
+  /**
+   * The etag of the block version rendered; empty when the section was empty
+   * (no block, or memory off).
+   *
+   * @generated from field: string etag = 1;
+   */
+  etag: string;
+
+  /**
+   * Characters (Unicode code points) of the block text rendered; 0 when the
+   * section was empty.
+   *
+   * @generated from field: int32 char_count = 2;
+   */
+  charCount: number;
+
+  /**
+   * When the render was made.
+   *
+   * @generated from field: google.protobuf.Timestamp render_time = 3;
+   */
+  renderTime?: Timestamp | undefined;
+
+  /**
+   * True when this version is no longer the caller's block (its etag differs
+   * from TurnInspection.current_etag).
+   *
+   * @generated from field: bool block_changed = 4;
+   */
+  blockChanged: boolean;
+};
+
+/**
+ * Describes the message memoria.v1.RenderRecord.
+ * Use `create(RenderRecordSchema)` to create a new message.
+ */
+export const RenderRecordSchema: GenMessage<RenderRecord> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 12);
+
+/**
+ * SearchRecord is one search made for a turn and what it returned.
+ *
+ * @generated from message memoria.v1.SearchRecord
+ */
+export type SearchRecord = Message<"memoria.v1.SearchRecord"> & {
+  /**
+   * The query as searched (sanitized), at most 4,000 characters.
+   *
+   * @generated from field: string query = 1;
+   */
+  query: string;
+
+  /**
+   * When the search was made.
+   *
+   * @generated from field: google.protobuf.Timestamp search_time = 2;
+   */
+  searchTime?: Timestamp | undefined;
+
+  /**
+   * The hits the search returned, best first (rank 1 first). Hits in a
+   * conversation deleted since are left out. `text` is the chunk's text as
+   * the index holds it now: empty when that chunk is no longer indexed.
+   *
+   * @generated from field: repeated memoria.v1.SearchHit hits = 3;
+   */
+  hits: SearchHit[];
+
+  /**
+   * How many hits the search returned, including any left out above.
+   *
+   * @generated from field: int32 hit_count = 4;
+   */
+  hitCount: number;
+};
+
+/**
+ * Describes the message memoria.v1.SearchRecord.
+ * Use `create(SearchRecordSchema)` to create a new message.
+ */
+export const SearchRecordSchema: GenMessage<SearchRecord> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 13);
+
+/**
+ * ExportPrincipalDataRequest asks for one page of the caller's export.
+ *
+ * @generated from message memoria.v1.ExportPrincipalDataRequest
+ */
+export type ExportPrincipalDataRequest = Message<"memoria.v1.ExportPrincipalDataRequest"> & {
+  /**
+   * Maximum number of records to return. 0 means the default (100); larger
+   * than 1,000 is capped at 1,000; negative is invalid. A page may hold fewer
+   * records than asked even when more follow.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the previous call. Empty for the first page.
+   * Tokens are opaque, signed by the server and bound to the caller.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message memoria.v1.ExportPrincipalDataRequest.
+ * Use `create(ExportPrincipalDataRequestSchema)` to create a new message.
+ */
+export const ExportPrincipalDataRequestSchema: GenMessage<ExportPrincipalDataRequest> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 14);
+
+/**
+ * ExportPrincipalDataResponse is one page of the caller's export.
+ *
+ * @generated from message memoria.v1.ExportPrincipalDataResponse
+ */
+export type ExportPrincipalDataResponse = Message<"memoria.v1.ExportPrincipalDataResponse"> & {
+  /**
+   * The records of this page, in export order: settings, memory block, audit
+   * events (newest first), turns, deleted conversations.
+   *
+   * @generated from field: repeated memoria.v1.ExportRecord records = 1;
+   */
+  records: ExportRecord[];
+
+  /**
+   * Token for the next page; empty only when the export is complete.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message memoria.v1.ExportPrincipalDataResponse.
+ * Use `create(ExportPrincipalDataResponseSchema)` to create a new message.
+ */
+export const ExportPrincipalDataResponseSchema: GenMessage<ExportPrincipalDataResponse> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 15);
+
+/**
+ * ExportRecord is one item held about the caller; exactly one field is set.
+ *
+ * @generated from message memoria.v1.ExportRecord
+ */
+export type ExportRecord = Message<"memoria.v1.ExportRecord"> & {
+  /**
+   * The record.
+   *
+   * @generated from oneof memoria.v1.ExportRecord.record
+   */
+  record: {
+    /**
+     * The caller's memory settings (only when they were ever changed).
+     *
+     * @generated from field: memoria.v1.MemorySettings settings = 1;
+     */
+    value: MemorySettings;
+    case: "settings";
+  } | {
+    /**
+     * The caller's memory block (only when there is one).
+     *
+     * @generated from field: memoria.v1.MemoryBlock memory_block = 2;
+     */
+    value: MemoryBlock;
+    case: "memoryBlock";
+  } | {
+    /**
+     * One audit event about the caller (`principal_id` is the caller).
+     *
+     * @generated from field: memoria.v1.AuditEvent audit_event = 3;
+     */
+    value: AuditEvent;
+    case: "auditEvent";
+  } | {
+    /**
+     * One accepted turn with its indexed text.
+     *
+     * @generated from field: memoria.v1.ExportedTurn turn = 4;
+     */
+    value: ExportedTurn;
+    case: "turn";
+  } | {
+    /**
+     * One deleted conversation, whose turns are no longer held.
+     *
+     * @generated from field: memoria.v1.DeletedConversation deleted_conversation = 5;
+     */
+    value: DeletedConversation;
+    case: "deletedConversation";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message memoria.v1.ExportRecord.
+ * Use `create(ExportRecordSchema)` to create a new message.
+ */
+export const ExportRecordSchema: GenMessage<ExportRecord> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 16);
+
+/**
+ * ExportedTurn is one accepted turn as Memoria holds it.
+ *
+ * @generated from message memoria.v1.ExportedTurn
+ */
+export type ExportedTurn = Message<"memoria.v1.ExportedTurn"> & {
+  /**
+   * The conversation the turn belongs to.
+   *
+   * @generated from field: string conversation_id = 1;
+   */
+  conversationId: string;
+
+  /**
+   * The turn within the conversation.
+   *
+   * @generated from field: string turn_id = 2;
+   */
+  turnId: string;
+
+  /**
+   * When the turn happened, as sent to IndexTurn.
+   *
+   * @generated from field: google.protobuf.Timestamp turn_time = 3;
+   */
+  turnTime?: Timestamp | undefined;
+
+  /**
+   * The text held: the sanitized question, a blank line and the sanitized
+   * answer, with credentials replaced, cut after 10 chunks (40,000
+   * characters). Sending it as IndexTurn's `question` (empty `answer`) makes
+   * the same chunks.
+   *
+   * @generated from field: string text = 4;
+   */
+  text: string;
+
+  /**
+   * True when the turn is indexed (searchable); false while it waits in the
+   * queue or after indexing failed for good.
+   *
+   * @generated from field: bool indexed = 5;
+   */
+  indexed: boolean;
+};
+
+/**
+ * Describes the message memoria.v1.ExportedTurn.
+ * Use `create(ExportedTurnSchema)` to create a new message.
+ */
+export const ExportedTurnSchema: GenMessage<ExportedTurn> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 17);
+
+/**
+ * DeletedConversation is a conversation the caller deleted: its id is kept so
+ * no late turn can bring it back.
+ *
+ * @generated from message memoria.v1.DeletedConversation
+ */
+export type DeletedConversation = Message<"memoria.v1.DeletedConversation"> & {
+  /**
+   * The conversation's id.
+   *
+   * @generated from field: string conversation_id = 1;
+   */
+  conversationId: string;
+
+  /**
+   * When it was deleted.
+   *
+   * @generated from field: google.protobuf.Timestamp delete_time = 2;
+   */
+  deleteTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message memoria.v1.DeletedConversation.
+ * Use `create(DeletedConversationSchema)` to create a new message.
+ */
+export const DeletedConversationSchema: GenMessage<DeletedConversation> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 18);
+
+/**
  * IndexTurnOutcome says what IndexTurn did with a turn.
  *
  * @generated from enum memoria.v1.IndexTurnOutcome
@@ -454,6 +853,43 @@ export const ConversationSearchService: GenService<{
     methodKind: "unary";
     input: typeof ErasePrincipalDataRequestSchema;
     output: typeof ErasePrincipalDataResponseSchema;
+  },
+  /**
+   * GetTurnInspection returns what one of the caller's turns saw: each memory
+   * block version rendered for it and each search made for it (the calls that
+   * carried this turn in their `turn` field), and whether the block has
+   * changed since. A turn with no record gets an empty inspection, not an
+   * error. Records are kept for a configurable time (30 days by default) and
+   * removed with the conversation and with erasure; search hits in
+   * conversations deleted since are left out, and hit text is read from the
+   * index when the inspection is asked for, so no record keeps a deleted
+   * conversation's text. The caller's own turns only.
+   *
+   * @generated from rpc memoria.v1.ConversationSearchService.GetTurnInspection
+   */
+  getTurnInspection: {
+    methodKind: "unary";
+    input: typeof GetTurnInspectionRequestSchema;
+    output: typeof GetTurnInspectionResponseSchema;
+  },
+  /**
+   * ExportPrincipalData returns everything Memoria holds about the caller
+   * (the right of access and portability), one page at a time: settings,
+   * memory block, audit events, every indexed or pending turn with its text,
+   * and the ids of deleted conversations. `memoria export` writes the pages
+   * as JSON Lines and `memoria import` loads them into another deployment.
+   * The caller's own data only: no rule lets anyone else read a principal's
+   * block or turns, so a tenant administrator cannot export another
+   * principal. An erased principal's export is empty. Each page is read in
+   * its own snapshot; data changed during an export may appear in a later
+   * page or not at all.
+   *
+   * @generated from rpc memoria.v1.ConversationSearchService.ExportPrincipalData
+   */
+  exportPrincipalData: {
+    methodKind: "unary";
+    input: typeof ExportPrincipalDataRequestSchema;
+    output: typeof ExportPrincipalDataResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_memoria_v1_conversation_search_service, 0);

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file memoria/v1/memory_block.proto.
  */
 export const file_memoria_v1_memory_block: GenFile = /*@__PURE__*/
-  fileDesc("Ch1tZW1vcmlhL3YxL21lbW9yeV9ibG9jay5wcm90bxIKbWVtb3JpYS52MSKCAQoLTWVtb3J5QmxvY2sSDAoEdGV4dBgBIAEoCRISCgpjaGFyX2NvdW50GAIgASgFEhIKCmNoYXJfbGltaXQYAyABKAUSDAoEZXRhZxgEIAEoCRIvCgt1cGRhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiWQoOTWVtb3J5U2V0dGluZ3MSFgoObWVtb3J5X2VuYWJsZWQYASABKAgSLwoLdXBkYXRlX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKkMKBldyaXRlchIWChJXUklURVJfVU5TUEVDSUZJRUQQABIQCgxXUklURVJfTU9ERUwQARIPCgtXUklURVJfVVNFUhACQpYBCg5jb20ubWVtb3JpYS52MUIQTWVtb3J5QmxvY2tQcm90b1ABWiltZW1vcmlhL2dlbmVyYXRlZC9nby9tZW1vcmlhL3YxO21lbW9yaWF2MaICA01YWKoCCk1lbW9yaWEuVjHKAgpNZW1vcmlhXFYx4gIWTWVtb3JpYVxWMVxHUEJNZXRhZGF0YeoCC01lbW9yaWE6OlYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("Ch1tZW1vcmlhL3YxL21lbW9yeV9ibG9jay5wcm90bxIKbWVtb3JpYS52MSKCAQoLTWVtb3J5QmxvY2sSDAoEdGV4dBgBIAEoCRISCgpjaGFyX2NvdW50GAIgASgFEhIKCmNoYXJfbGltaXQYAyABKAUSDAoEZXRhZxgEIAEoCRIvCgt1cGRhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiWQoOTWVtb3J5U2V0dGluZ3MSFgoObWVtb3J5X2VuYWJsZWQYASABKAgSLwoLdXBkYXRlX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjkKDVR1cm5SZWZlcmVuY2USFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3R1cm5faWQYAiABKAkqQwoGV3JpdGVyEhYKEldSSVRFUl9VTlNQRUNJRklFRBAAEhAKDFdSSVRFUl9NT0RFTBABEg8KC1dSSVRFUl9VU0VSEAJClgEKDmNvbS5tZW1vcmlhLnYxQhBNZW1vcnlCbG9ja1Byb3RvUAFaKW1lbW9yaWEvZ2VuZXJhdGVkL2dvL21lbW9yaWEvdjE7bWVtb3JpYXYxogIDTVhYqgIKTWVtb3JpYS5WMcoCCk1lbW9yaWFcVjHiAhZNZW1vcmlhXFYxXEdQQk1ldGFkYXRh6gILTWVtb3JpYTo6VjFiBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * MemoryBlock is the one free-text block remembered for the calling principal
@@ -104,6 +104,38 @@ export type MemorySettings = Message<"memoria.v1.MemorySettings"> & {
  */
 export const MemorySettingsSchema: GenMessage<MemorySettings> = /*@__PURE__*/
   messageDesc(file_memoria_v1_memory_block, 1);
+
+/**
+ * TurnReference names one turn of one of the caller's conversations, so the
+ * server can record what that turn saw (the inspector: GetTurnInspection). The
+ * ids are the caller's, as sent to IndexTurn; the turn need not be indexed yet.
+ *
+ * @generated from message memoria.v1.TurnReference
+ */
+export type TurnReference = Message<"memoria.v1.TurnReference"> & {
+  /**
+   * The conversation: 1 to 128 characters, no control or invisible
+   * characters. Scoped to the calling principal.
+   *
+   * @generated from field: string conversation_id = 1;
+   */
+  conversationId: string;
+
+  /**
+   * The turn within the conversation: 1 to 128 characters, no control or
+   * invisible characters.
+   *
+   * @generated from field: string turn_id = 2;
+   */
+  turnId: string;
+};
+
+/**
+ * Describes the message memoria.v1.TurnReference.
+ * Use `create(TurnReferenceSchema)` to create a new message.
+ */
+export const TurnReferenceSchema: GenMessage<TurnReference> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_memory_block, 2);
 
 /**
  * Writer says who made a change: the assistant's model or the person through a
