@@ -29,7 +29,7 @@ from server.domain.audit import AuditLog, PageTokens
 from server.domain.keywords import KeywordEncoder
 from server.domain.memory import MemoryBlocks
 from server.domain.ports import ChunkIndex, Embedder, MemoryStore
-from server.domain.search import ConversationSearch, Indexer
+from server.domain.search import ConversationSearch, Indexer, search_index
 from server.health import HealthMonitor, store_dependencies
 from server.rpc.auth import (
     Authenticator,
@@ -46,6 +46,7 @@ from server.rpc.servicers import (
     ConversationSearchServicer,
     MemoryBlockServicer,
 )
+from server.rpc.web import Gateway, WebServer, grpc_target
 from server.storage import migrate
 from server.storage.cache import CachedMemoryStore, PostgresChangeListener
 from server.storage.disk import FreeSpace, startup_refusal
@@ -111,14 +112,16 @@ def build_authenticator(settings: Settings) -> Authenticator:
     """The authenticator the settings choose; trusted headers set explicitly on an address
     others can reach is allowed (behind a mesh) but said loudly, once, at start."""
     if settings.effective_auth == "trusted-headers":
-        host = listen_host(settings.listen)
-        if not is_loopback(host):
-            log.warning(
-                "auth is trusted-headers on %s, which is not loopback: any client that reaches "
-                "this port can claim any identity in x-memoria-* headers. Only run it so behind "
-                "a proxy or mesh that authenticates callers and sets those headers itself.",
-                host or "every interface",
-            )
+        listens = [settings.listen, *([settings.http_listen] if settings.http_listen else [])]
+        for host in (listen_host(listen) for listen in listens):
+            if not is_loopback(host):
+                log.warning(
+                    "auth is trusted-headers on %s, which is not loopback: any client that "
+                    "reaches this port can claim any identity in x-memoria-* headers. Only run "
+                    "it so behind a proxy or mesh that authenticates callers and sets those "
+                    "headers itself.",
+                    host or "every interface",
+                )
         return TrustedHeaders(admin_role=settings.admin_role)
     key: Any
     algorithms: tuple[str, ...]
@@ -302,6 +305,8 @@ class Running:
     _stopped: threading.Event
     monitor: HealthMonitor
     admission: AdmissionInterceptor
+    web: WebServer | None = None
+    """The HTTP port (Connect, gRPC-Web, the settings page) when MEMORIA_HTTP_LISTEN is set."""
 
     def stop(self, grace: float) -> None:
         """Report NOT_SERVING, drain in-flight calls for up to `grace` seconds, close stores."""
@@ -309,6 +314,8 @@ class Running:
             return
         self._stopped.set()
         self.health.enter_graceful_shutdown()
+        if self.web is not None:
+            self.web.stop()  # browser calls in flight finish first: they are gRPC calls
         self.server.stop(grace).wait()
         self.admission.stop()
         self.monitor.stop()  # before the stores close, so no probe reports them down
@@ -359,7 +366,7 @@ def start(
     )
     search = ConversationSearch(
         parts.turns,
-        parts.index,
+        search_index(parts.index, settings.search_mode),
         parts.embedder,
         parts.keywords,
         reads,
@@ -438,6 +445,21 @@ def start(
     admission.start()
     server.start()
     worker.start()
+    web = None
+    if settings.http_listen is not None:
+        web = WebServer(
+            Gateway(
+                grpc_target(settings.listen, port),
+                SERVICE_NAMES,
+                max_receive_message_bytes=settings.max_receive_message_bytes,
+                max_send_message_bytes=settings.max_send_message_bytes,
+                receive_timeout_s=settings.receive_timeout_seconds,
+                cors_origins=settings.http_cors_origins,
+            ),
+            settings.http_listen,
+            max_connections=settings.max_receiving_calls,
+        )
+        web.start()
     return Running(
         server,
         port,
@@ -450,4 +472,5 @@ def start(
         threading.Event(),
         monitor,
         admission,
+        web,
     )

@@ -52,6 +52,15 @@ class Settings(BaseSettings):
     listen: str = Field(
         "127.0.0.1:50051", description="HOST:PORT to serve gRPC on; port 0 picks one"
     )
+    # The browser's way in (server/rpc/web.py): Connect and gRPC-Web plus the settings page.
+    # Off unless set, so a process never opens a second port nobody asked for (`make serve`
+    # sets 127.0.0.1:8080). It follows the gRPC port's authentication.
+    http_listen: str | None = Field(
+        None, description="HOST:PORT for Connect, gRPC-Web and the settings page; unset: off"
+    )
+    http_cors_origins: tuple[str, ...] = Field(
+        (), description="origins (https://app.example.com) allowed to call the HTTP port"
+    )
     data_dir: Path = Field(Path(".data"), description="embedded default's data directory")
     database_url: SecretStr | None = Field(
         None, description="postgresql+psycopg://... (service role); unset: SQLite in data_dir"
@@ -86,6 +95,12 @@ class Settings(BaseSettings):
     index_batch_size: int = Field(16, ge=1, le=256, description="turns claimed per batch")
     embedding_threads: int = Field(
         1, ge=1, le=64, description="onnxruntime threads per embedding call"
+    )
+    # Development and benchmarks only (bench/bench_search_quality.py): answer searches from
+    # one retrieval side alone, with the same index and the same representations, to measure
+    # what each side and the fusion contribute. Production leaves it at hybrid.
+    search_mode: Literal["hybrid", "keyword", "semantic"] = Field(
+        "hybrid", description="development: keyword or semantic switches the other side off"
     )
 
     auth: AuthMode = Field(
@@ -165,6 +180,16 @@ class Settings(BaseSettings):
     def _check(self) -> Settings:
         if ":" not in self.listen or not self.listen.rpartition(":")[2].isdigit():
             raise ValueError("listen must be HOST:PORT")
+        if self.http_listen is not None and (
+            ":" not in self.http_listen or not self.http_listen.rpartition(":")[2].isdigit()
+        ):
+            raise ValueError("http_listen must be HOST:PORT")
+        for origin in self.http_cors_origins:
+            parts = urlsplit(origin)
+            if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
+                raise ValueError(
+                    f"http_cors_origins: {origin!r} is not an origin (scheme://host[:port])"
+                )
         if self.effective_auth == "jwt" and not self.jwt_configured:
             raise ValueError(
                 "jwt authentication needs MEMORIA_JWT_HS256_SECRET, MEMORIA_JWT_PUBLIC_KEY_FILE "
@@ -197,10 +222,13 @@ class Settings(BaseSettings):
 
     @property
     def effective_auth(self) -> Literal["jwt", "trusted-headers"]:
-        """auto means trusted-headers only when nothing outside this machine can connect."""
+        """auto means trusted-headers only when nothing outside this machine can connect,
+        to the gRPC port or to the HTTP one (which carries the same headers)."""
         if self.auth != "auto":
             return self.auth
-        return "trusted-headers" if is_loopback(listen_host(self.listen)) else "jwt"
+        listens = [self.listen] if self.http_listen is None else [self.listen, self.http_listen]
+        local = all(is_loopback(listen_host(listen)) for listen in listens)
+        return "trusted-headers" if local else "jwt"
 
     @property
     def embedded(self) -> bool:

@@ -1,0 +1,246 @@
+"""The HTTP port (server/rpc/web.py) carries Connect and gRPC-Web to the same server: same
+identity rule, same errors with the same google.rpc details, same message limit, CORS off
+unless origins are listed. Raw HTTP (httpx), so each protocol's bytes are what is checked."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from memoria.v1 import memory_block_pb2
+from memoria.v1 import memory_block_service_pb2 as pb
+from tests.api.conftest import Api, server_settings, serving
+
+BLOCKS = "/memoria.v1.MemoryBlockService"
+
+
+@pytest.fixture
+def web(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Api, httpx.Client]]:
+    settings = server_settings(
+        "sqlite",
+        request,
+        tmp_path,
+        http_listen="127.0.0.1:0",
+        http_cors_origins=("https://app.example.com",),
+        max_receive_message_bytes=64 << 10,
+    )
+    with serving(settings) as api:
+        assert api.running.web is not None
+        with httpx.Client(base_url=f"http://127.0.0.1:{api.running.web.port}") as client:
+            yield api, client
+
+
+def _who(api: Api, principal: str = "ana") -> dict[str, str]:
+    return dict(api.who(principal))
+
+
+def _connect_details(body: dict[str, object]) -> list[object]:
+    """The Connect error's details, decoded by their type names."""
+    kinds = {
+        "google.rpc.ErrorInfo": error_details_pb2.ErrorInfo,
+        "google.rpc.BadRequest": error_details_pb2.BadRequest,
+    }
+    decoded = []
+    for detail in body.get("details", []):  # type: ignore[attr-defined]
+        value = detail["value"]
+        raw = base64.b64decode(value + "=" * (-len(value) % 4))
+        decoded.append(kinds[detail["type"]].FromString(raw))
+    return decoded
+
+
+def test_connect_json_rewrite_then_get(web: tuple[Api, httpx.Client]) -> None:
+    api, client = web
+    saved = client.post(
+        f"{BLOCKS}/RewriteMemoryBlock",
+        json={"text": "Preferred name: Ana", "writer": "WRITER_USER"},
+        headers=_who(api),
+    )
+    assert saved.status_code == 200, saved.text
+    assert saved.json()["memoryBlock"]["charCount"] == 19
+    # The same principal through gRPC sees the write: one server, one store.
+    got = api.blocks.GetMemoryBlock(pb.GetMemoryBlockRequest(), metadata=api.who("ana"))
+    assert got.memory_block.text == "Preferred name: Ana"
+    assert got.memory_block.etag == saved.json()["memoryBlock"]["etag"]
+
+
+def test_connect_proto(web: tuple[Api, httpx.Client]) -> None:
+    api, client = web
+    request = pb.RewriteMemoryBlockRequest(text="x", writer=memory_block_pb2.WRITER_MODEL)
+    answer = client.post(
+        f"{BLOCKS}/RewriteMemoryBlock",
+        content=request.SerializeToString(),
+        headers={**_who(api), "content-type": "application/proto"},
+    )
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "application/proto"
+    assert pb.RewriteMemoryBlockResponse.FromString(answer.content).memory_block.text == "x"
+
+
+def test_no_identity_is_unauthenticated_and_touches_nothing(
+    web: tuple[Api, httpx.Client],
+) -> None:
+    api, client = web
+    answer = client.post(
+        f"{BLOCKS}/RewriteMemoryBlock", json={"text": "x", "writer": "WRITER_USER"}
+    )
+    assert answer.status_code == 401
+    assert answer.json()["code"] == "unauthenticated"
+    (info,) = _connect_details(answer.json())
+    assert isinstance(info, error_details_pb2.ErrorInfo)
+    assert info.reason == "ERROR_REASON_UNAUTHENTICATED"
+    # A header gRPC cannot carry is refused the same way, never an HTTP 500.
+    bad = client.post(
+        f"{BLOCKS}/GetMemoryBlock",
+        json={},
+        headers={"x-memoria-tenant": "t\u00e9".encode("latin-1"), "x-memoria-principal": "ana"},
+    )
+    assert bad.status_code == 401
+    got = api.blocks.GetMemoryBlock(pb.GetMemoryBlockRequest(), metadata=api.who("ana"))
+    assert got.memory_block.text == ""
+
+
+def test_errors_carry_the_contract_details(web: tuple[Api, httpx.Client]) -> None:
+    api, client = web
+    empty = client.post(
+        f"{BLOCKS}/RewriteMemoryBlock",
+        json={"text": "  ", "writer": "WRITER_USER"},
+        headers=_who(api),
+    )
+    assert empty.status_code == 400
+    assert empty.json()["code"] == "invalid_argument"
+    infos = [
+        d for d in _connect_details(empty.json()) if isinstance(d, error_details_pb2.ErrorInfo)
+    ]
+    assert [i.reason for i in infos] == ["ERROR_REASON_BLOCK_EMPTY"]
+    assert infos[0].domain == "memoria.v1"
+
+    stale = client.post(
+        f"{BLOCKS}/RewriteMemoryBlock",
+        json={"text": "y", "writer": "WRITER_USER", "etag": "not-the-etag"},
+        headers=_who(api),
+    )
+    assert stale.status_code == 409
+    assert stale.json()["code"] == "aborted"
+    (info,) = _connect_details(stale.json())
+    assert isinstance(info, error_details_pb2.ErrorInfo)
+    assert info.reason == "ERROR_REASON_ETAG_MISMATCH"
+
+    no_writer = client.post(f"{BLOCKS}/RewriteMemoryBlock", json={"text": "y"}, headers=_who(api))
+    assert no_writer.status_code == 400
+    violations = [
+        d for d in _connect_details(no_writer.json()) if isinstance(d, error_details_pb2.BadRequest)
+    ]
+    assert violations and violations[0].field_violations[0].field == "writer"
+
+
+def test_malformed_json_is_malformed_request_after_authentication(
+    web: tuple[Api, httpx.Client],
+) -> None:
+    api, client = web
+    for body in (b"{not json", b'{"text": 5}', b'{"nope": 1}', b"\xff\xfe"):
+        answer = client.post(
+            f"{BLOCKS}/RewriteMemoryBlock",
+            content=body,
+            headers={**_who(api), "content-type": "application/json"},
+        )
+        assert answer.status_code == 400, body
+        (info,) = _connect_details(answer.json())
+        assert isinstance(info, error_details_pb2.ErrorInfo)
+        assert info.reason == "ERROR_REASON_MALFORMED_REQUEST"
+    # Without identity the caller learns nothing about its bytes.
+    anonymous = client.post(
+        f"{BLOCKS}/RewriteMemoryBlock",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
+    assert anonymous.json()["code"] == "unauthenticated"
+
+
+def test_message_limit(web: tuple[Api, httpx.Client]) -> None:
+    api, client = web
+    big = json.dumps({"text": "a" * (70 << 10), "writer": "WRITER_USER"})
+    answer = client.post(
+        f"{BLOCKS}/RewriteMemoryBlock",
+        content=big,
+        headers={**_who(api), "content-type": "application/json"},
+    )
+    assert answer.status_code == 429
+    assert answer.json()["code"] == "resource_exhausted"
+    assert "65536 bytes" in answer.json()["message"]
+
+
+def _grpc_web_frames(body: bytes) -> list[tuple[int, bytes]]:
+    frames = []
+    while body:
+        flag, length = body[0], int.from_bytes(body[1:5], "big")
+        frames.append((flag, body[5 : 5 + length]))
+        body = body[5 + length :]
+    return frames
+
+
+def test_grpc_web(web: tuple[Api, httpx.Client]) -> None:
+    api, client = web
+    message = pb.RewriteMemoryBlockRequest(text="hello", writer=memory_block_pb2.WRITER_USER)
+    payload = message.SerializeToString()
+    framed = b"\x00" + len(payload).to_bytes(4, "big") + payload
+    ok = client.post(
+        f"{BLOCKS}/RewriteMemoryBlock",
+        content=framed,
+        headers={**_who(api), "content-type": "application/grpc-web+proto", "x-grpc-web": "1"},
+    )
+    assert ok.status_code == 200
+    (data_flag, data), (trailer_flag, trailers) = _grpc_web_frames(ok.content)
+    assert (data_flag, trailer_flag) == (0, 0x80)
+    assert pb.RewriteMemoryBlockResponse.FromString(data).memory_block.text == "hello"
+    assert b"grpc-status: 0" in trailers
+
+    # An error: the trailers carry the status and its details, as gRPC does.
+    empty = pb.RewriteMemoryBlockRequest(text=" ", writer=memory_block_pb2.WRITER_USER)
+    payload = empty.SerializeToString()
+    text_body = base64.b64encode(b"\x00" + len(payload).to_bytes(4, "big") + payload)
+    failed = client.post(
+        f"{BLOCKS}/RewriteMemoryBlock",
+        content=text_body,
+        headers={**_who(api), "content-type": "application/grpc-web-text"},
+    )
+    ((flag, trailer_block),) = _grpc_web_frames(base64.b64decode(failed.content))
+    assert flag == 0x80
+    fields = dict(line.split(": ", 1) for line in trailer_block.decode().strip().split("\r\n"))
+    assert fields["grpc-status"] == "3"
+    encoded = fields["grpc-status-details-bin"]
+    status = status_pb2.Status.FromString(base64.b64decode(encoded + "=" * (-len(encoded) % 4)))
+    info = error_details_pb2.ErrorInfo()
+    assert status.details[0].Unpack(info)
+    assert info.reason == "ERROR_REASON_BLOCK_EMPTY"
+
+
+def test_cors_only_for_listed_origins(web: tuple[Api, httpx.Client]) -> None:
+    _api, client = web
+    preflight = {
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "content-type,x-memoria-tenant",
+    }
+    allowed = client.options(
+        f"{BLOCKS}/GetMemoryBlock", headers={"origin": "https://app.example.com", **preflight}
+    )
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == "https://app.example.com"
+    other = client.options(
+        f"{BLOCKS}/GetMemoryBlock", headers={"origin": "https://evil.example", **preflight}
+    )
+    assert "access-control-allow-origin" not in other.headers
+
+
+def test_unknown_method_and_media_type(web: tuple[Api, httpx.Client]) -> None:
+    api, client = web
+    assert client.post(f"{BLOCKS}/Nope", json={}, headers=_who(api)).status_code == 404
+    wrong = client.post(
+        f"{BLOCKS}/GetMemoryBlock", content=b"x", headers={"content-type": "text/plain"}
+    )
+    assert wrong.status_code == 415
