@@ -1,38 +1,45 @@
-"""Search quality on the labelled evaluation set: keyword-only, semantic-only and hybrid.
+"""Search quality on real conversations (LoCoMo), through the running service.
 
-Builds one chunk index over bench/eval/dataset.json with the real components (chunking, the
-BM25 keyword encoder, all-MiniLM-L6-v2 on onnxruntime, the embedded Qdrant engine or a Qdrant
-collection in qdrant-client's local mode), then asks every question through the service's own
-search operation (`ConversationSearch.search`: sanitizing, query encoding, retrieval depth,
-`fuse`). The index's answer to that one call is recorded, so the three rankings compared per
-question come from the same retrieval:
+Starts `memoria serve` (the embedded default, a fresh data directory), indexes the LoCoMo
+development files through `IndexTurn` as a caller would, then asks every question through
+`SearchConversations` and scores the answers. The data is research data kept outside the
+product (`../shared/eval/locomo-dev/` beside the checkout, or the path given); its README
+defines the mapping and the scoring, followed here exactly:
 
-- keyword-only: the index's keyword side (BM25, best chunk per turn), cut to the page size;
-- semantic-only: the index's semantic side (dense MAX_SIM over windows), cut likewise;
-- hybrid: what the service returns (reciprocal rank fusion of the two).
+- one principal per file (tenant `locomo`), one conversation per session (`session-N`), a
+  turn per consecutive pair of utterances (`sN-tK`; a last odd one alone), question = first
+  utterance, answer = second, each `"Speaker: text"` with ` [shares <blip_caption>]` when the
+  utterance carries a picture caption; turn time = the session's date and time (UTC);
+- questions of categories 1-4 with at least one evidence id that maps to a turn, asked as
+  their principal for 10 turns; recall@k = share of questions with an evidence turn in the
+  first k (k = 1, 5, 10), MRR@10 = mean of 1 / rank of the first evidence turn within 10.
 
-Metrics per question, averaged overall and per category (README in bench/eval/):
-recall@k = |relevant turns in the top k| / min(k, |relevant turns|), and MRR = 1 / rank of
-the first relevant turn in the top `--page-size` (0 if none). A hit from another principal's
-conversation is counted as a leak.
+Three searches of the same index in one run: the service's hybrid search, then keyword only
+and semantic only (the server restarted on the same data directory with
+MEMORIA_SEARCH_MODE=keyword / semantic: the same engines, representations and per-turn
+reduction, one side switched off). Each prints recall@1/5/10 and MRR@10 overall, per
+category and per file, and the search latency seen by the client (p50/p99); indexing
+throughput is measured once (accepting every turn, then until the turn table shows all of
+them indexed).
 
-Exit status: 0 when hybrid recall@5 beats both single sides and nothing leaked; 1 otherwise,
-with the reason; 2 on a setup error.
+Exit status: 0 when every target of issue 13 is met, 1 when one is not (listed), 2 when the
+data is absent or the setup fails.
 
-    .venv/bin/python bench/bench_search_quality.py                 # embedded engine, ~1-2 min
-    .venv/bin/python bench/bench_search_quality.py --engine server # qdrant-client local mode
-    .venv/bin/python bench/bench_search_quality.py --misses 20     # also list hybrid misses @5
-    .venv/bin/python bench/bench_search_quality.py --json out.json # also write the figures
+    .venv/bin/python bench/bench_search_quality.py                  # ../shared/eval/locomo-dev
+    .venv/bin/python bench/bench_search_quality.py --data DIR       # another copy of the files
+    .venv/bin/python bench/bench_search_quality.py --json out.json  # also every ranking
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import sqlite3
+import statistics
 import sys
 import tempfile
 import time
-import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,413 +47,378 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from server.domain.chunking import split_turn
-from server.domain.keywords import KeywordEncoder
-from server.domain.model import (
-    EncodedQuery,
-    Identity,
-    IndexedChunk,
-    PrincipalMemory,
-    RetrievalResult,
-    SearchHit,
-    SearchScope,
-    TurnKey,
-)
-from server.domain.ports import ChunkIndex
-from server.domain.search import ConversationSearch
-from server.storage.embedding import OnnxMiniLmEmbedder
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from memoria.v1 import conversation_search_service_pb2 as pb
+from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
+
+# procs.py sits beside this script.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from procs import HOST, ServerProcess, machine_line, raise_on_sigterm, software_line
 
 ROOT = Path(__file__).resolve().parent.parent
-DATASET = ROOT / "bench" / "eval" / "dataset.json"
-CATEGORIES = ("exact_id", "keyword", "paraphrase", "mixed")
-METHODS = ("keyword", "semantic", "hybrid")
+DEFAULT_DATA = ROOT.parent / "shared" / "eval" / "locomo-dev"
+FILES = ("26.json", "30.json", "41.json", "42.json")
+TENANT = "locomo"
+SERVICE = "memoria.v1.ConversationSearchService"
+MODES = ("hybrid", "keyword", "semantic")
 CUTOFFS = (1, 5, 10)
-TARGET_K = 5
-EMBED_BATCH = 64  # chunks per embed_documents call while building
-
-Key = tuple[str, str]  # (conversation_id, turn_id)
-
-
-# ------------------------------------------------------------------ the service, minus SQL
-
-
-class _Memory:
-    """Memory store stand-in: every principal has memory on (no block, no settings)."""
-
-    def read(self, tenant_id: str, principal_id: str, *, fresh: bool = False) -> PrincipalMemory:
-        return PrincipalMemory(block=None, settings=None)
+PAGE_SIZE = 10
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+TARGETS = {"recall@1": 0.48, "recall@5": 0.82, "recall@10": 0.88, "mrr@10": 0.62}
+TARGET_P50_MS = 30.0
+CALL_TIMEOUT_S = 30.0
+INDEX_TIMEOUT_S = 1800.0
+POLL_S = 0.2
+_WHEN = re.compile(r"(\d{1,2}):(\d{2})\s*([ap]m) on (\d{1,2}) (\w+),? (\d{4})", re.IGNORECASE)
 
 
-class _Turns:
-    """Turn store stand-in for search: nothing is deleted."""
-
-    def deleted_conversations(self, tenant_id: str, principal_id: str) -> frozenset[str]:
-        return frozenset()
+# ------------------------------------------------------------------ the data and its mapping
 
 
-class RecordingIndex:
-    """Passes searches to the real index and keeps the last RetrievalResult."""
+@dataclass(frozen=True)
+class Turn:
+    """One turn as IndexTurn receives it."""
 
-    def __init__(self, index: ChunkIndex) -> None:
-        self.index = index
-        self.last: RetrievalResult | None = None
-        self.last_turns = 0
-
-    def search(self, scope: SearchScope, query: EncodedQuery, turns: int) -> RetrievalResult:
-        self.last = self.index.search(scope, query, turns)
-        self.last_turns = turns
-        return self.last
+    principal: str
+    conversation_id: str
+    turn_id: str
+    question: str
+    answer: str
+    turn_time: datetime
 
 
-def open_index(engine: str, directory: Path, dimension: int, model_id: str) -> ChunkIndex:
-    if engine == "edge":
-        from server.storage.qdrant_edge import QdrantEdgeChunkIndex
+@dataclass(frozen=True)
+class Question:
+    """One scored question: asked as `principal`, answered by any of `relevant`."""
 
-        return QdrantEdgeChunkIndex(directory / "chunks", dimension, model_id)
-    from qdrant_client import QdrantClient
-
-    from server.storage.qdrant_server import QdrantServerChunkIndex
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Payload indexes have no effect", UserWarning)
-        client = QdrantClient(path=str(directory / "qdrant-local"))
-        return QdrantServerChunkIndex(client, "chunks", dimension, model_id)
+    principal: str
+    text: str
+    category: str
+    relevant: frozenset[tuple[str, str]]
 
 
-# ------------------------------------------------------------------ metrics
+def session_time(text: str) -> datetime:
+    """'1:56 pm on 8 May, 2023' as a UTC datetime."""
+    found = _WHEN.search(text)
+    if found is None:
+        raise ValueError(f"unreadable session time {text!r}")
+    hour, minute, half, day, month, year = found.groups()
+    clock = datetime.strptime(f"{hour}:{minute} {half.upper()}", "%I:%M %p")
+    date = datetime.strptime(f"{day} {month} {year}", "%d %B %Y")
+    return date.replace(hour=clock.hour, minute=clock.minute, tzinfo=UTC)
+
+
+def utterance_text(utterance: dict[str, Any]) -> str:
+    """'Speaker: text', with ' [shares <caption>]' for a picture."""
+    text = f"{utterance['speaker']}: {utterance['text']}"
+    if utterance.get("blip_caption"):
+        text += f" [shares {utterance['blip_caption']}]"
+    return text
+
+
+def load(path: Path, principal: str) -> tuple[list[Turn], list[Question]]:
+    """The turns and the qualifying questions of one LoCoMo file (the README's mapping)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    sessions = data.get("conversation", data)
+    turns: list[Turn] = []
+    turn_of: dict[str, tuple[str, str]] = {}
+    numbers = sorted(
+        int(m[1])
+        for key in sessions
+        if (m := re.fullmatch(r"session_(\d+)", key)) and isinstance(sessions[key], list)
+    )
+    for n in numbers:
+        utterances = sessions[f"session_{n}"]
+        when = session_time(sessions[f"session_{n}_date_time"])
+        for k, start in enumerate(range(0, len(utterances), 2), start=1):
+            pair = utterances[start : start + 2]
+            conversation, turn_id = f"session-{n}", f"s{n}-t{k}"
+            for utterance in pair:
+                turn_of[utterance["dia_id"]] = (conversation, turn_id)
+            turns.append(
+                Turn(
+                    principal,
+                    conversation,
+                    turn_id,
+                    utterance_text(pair[0]),
+                    utterance_text(pair[1]) if len(pair) > 1 else "",
+                    when,
+                )
+            )
+    questions = []
+    for qa in data["qa"]:
+        if qa.get("category") not in CATEGORIES:
+            continue
+        # An evidence entry may list several ids ("D8:6; D9:17").
+        ids = [i.strip() for entry in qa.get("evidence", []) for i in entry.split(";")]
+        relevant = frozenset(turn_of[i] for i in ids if i in turn_of)
+        if relevant:
+            questions.append(
+                Question(principal, qa["question"], CATEGORIES[qa["category"]], relevant)
+            )
+    return turns, questions
+
+
+# ------------------------------------------------------------------ scores
 
 
 @dataclass
 class Scores:
+    """recall@k and MRR@10 accumulated over questions."""
+
     n: int = 0
-    recall: dict[int, float] = field(default_factory=lambda: dict.fromkeys(CUTOFFS, 0.0))
+    hits: dict[int, int] = field(default_factory=lambda: dict.fromkeys(CUTOFFS, 0))
     rr: float = 0.0
 
-    def add(self, ranking: Sequence[Key], relevant: set[Key], page: int) -> None:
+    def add(self, ranking: Sequence[tuple[str, str]], relevant: frozenset[tuple[str, str]]) -> None:
         self.n += 1
+        first = next((i for i, key in enumerate(ranking[:PAGE_SIZE], 1) if key in relevant), 0)
         for k in CUTOFFS:
-            found = len(relevant.intersection(ranking[:k]))
-            self.recall[k] += found / min(k, len(relevant))
-        for rank, key in enumerate(ranking[:page], start=1):
-            if key in relevant:
-                self.rr += 1.0 / rank
-                break
+            self.hits[k] += bool(first and first <= k)
+        self.rr += 1.0 / first if first else 0.0
 
     def row(self) -> dict[str, float]:
         d = max(self.n, 1)
-        out = {f"recall@{k}": self.recall[k] / d for k in CUTOFFS}
-        out["mrr"] = self.rr / d
+        out = {f"recall@{k}": self.hits[k] / d for k in CUTOFFS}
+        out["mrr@10"] = self.rr / d
         return out
 
 
-def fmt_table(results: dict[str, dict[str, Scores]]) -> str:
-    head = f"{'category':<11} {'n':>4}  {'method':<9}" + "".join(
-        f"{h:>8}" for h in ("R@1", "R@5", "R@10", "MRR")
+def percentile(values: Sequence[float], pct: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
+
+
+# ------------------------------------------------------------------ the service
+
+
+def metadata(principal: str) -> tuple[tuple[str, str], ...]:
+    """Trusted-headers identity (the server listens on loopback only)."""
+    return (("x-memoria-tenant", TENANT), ("x-memoria-principal", principal))
+
+
+def timestamp(moment: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(moment)
+    return stamp
+
+
+def index_all(stub: Any, database: Path, turns: Sequence[Turn]) -> dict[str, float]:
+    """IndexTurn every turn (no wait), then wait until the turn table shows all indexed."""
+    chunks = 0
+    started = time.perf_counter()
+    for turn in turns:
+        reply = stub.IndexTurn(
+            pb.IndexTurnRequest(
+                conversation_id=turn.conversation_id,
+                turn_id=turn.turn_id,
+                question=turn.question,
+                answer=turn.answer,
+                turn_time=timestamp(turn.turn_time),
+            ),
+            metadata=metadata(turn.principal),
+            timeout=CALL_TIMEOUT_S,
+        )
+        if reply.outcome != pb.INDEX_TURN_OUTCOME_ACCEPTED:
+            raise RuntimeError(f"IndexTurn answered {reply.outcome}")
+        chunks += reply.chunk_count
+    accepted = time.perf_counter() - started
+    watch = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30)
+    try:
+        while True:
+            statuses = dict(
+                watch.execute(
+                    "SELECT status, count(*) FROM conversation_turns WHERE tenant_id = ? "
+                    "GROUP BY status",
+                    (TENANT,),
+                ).fetchall()
+            )
+            if statuses.get("failed"):
+                raise RuntimeError(f"{statuses['failed']} turns failed to index")
+            if statuses.get("indexed", 0) == len(turns):
+                break
+            if time.perf_counter() - started > INDEX_TIMEOUT_S:
+                raise RuntimeError(f"not all turns indexed after {INDEX_TIMEOUT_S:.0f}s")
+            time.sleep(POLL_S)  # polling a table another process writes, not synchronization
+    finally:
+        watch.close()
+    seconds = time.perf_counter() - started
+    return {"turns": len(turns), "chunks": chunks, "accept_s": accepted, "index_s": seconds}
+
+
+def search_all(
+    stub: Any, questions: Sequence[Question]
+) -> tuple[list[list[tuple[str, str]]], list[float]]:
+    """Every question through SearchConversations: the rankings and each call's latency."""
+    rankings, latencies = [], []
+    for q in questions:
+        started = time.perf_counter()
+        reply = stub.SearchConversations(
+            pb.SearchConversationsRequest(query=q.text, page_size=PAGE_SIZE),
+            metadata=metadata(q.principal),
+            timeout=CALL_TIMEOUT_S,
+        )
+        latencies.append(1000 * (time.perf_counter() - started))
+        rankings.append([(h.conversation_id, h.turn_id) for h in reply.hits])
+    return rankings, latencies
+
+
+def start(data_dir: Path, workdir: Path, mode: str) -> ServerProcess:
+    workdir.mkdir(parents=True, exist_ok=True)
+    server = ServerProcess(
+        ["--data-dir", str(data_dir)],
+        workdir,
+        service=SERVICE,
+        stop_timeout_s=15,
+        env={"MEMORIA_SEARCH_MODE": mode},
+    )
+    try:
+        server.wait_serving(180)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+# ------------------------------------------------------------------ report
+
+
+def table(scores: dict[str, dict[str, Scores]], groups: Sequence[str]) -> list[str]:
+    head = f"{'group':<12} {'n':>4}  {'search':<9}" + "".join(
+        f"{h:>8}" for h in ("R@1", "R@5", "R@10", "MRR@10")
     )
     lines = [head, "-" * len(head)]
-    for cat in ("overall", "macro", *CATEGORIES):
-        if cat == "macro":
-            present = [c for c in CATEGORIES if c in results]
-            rows = {
-                m: {
-                    key: sum(results[c][m].row()[key] for c in present) / max(len(present), 1)
-                    for key in ("recall@1", "recall@5", "recall@10", "mrr")
-                }
-                for m in METHODS
-            }
-            for i, m in enumerate(METHODS):
-                r = rows[m]
-                label = f"{'macro':<11} {'':>4}" if i == 0 else " " * 16
-                lines.append(
-                    f"{label}  {m:<9}"
-                    + "".join(f"{r[k]:>8.3f}" for k in ("recall@1", "recall@5", "recall@10", "mrr"))
-                )
-            lines.append("")
-            continue
-        if cat not in results:
-            continue
-        rows = {m: results[cat][m].row() for m in METHODS}
-        best5 = max(r["recall@5"] for r in rows.values())
-        for i, m in enumerate(METHODS):
-            r = rows[m]
-            label = f"{cat:<11} {results[cat][m].n:>4}" if i == 0 else " " * 16
-            mark = " *" if r["recall@5"] == best5 else ""
+    for group in groups:
+        for i, mode in enumerate(MODES):
+            s = scores[mode][group]
+            r = s.row()
+            label = f"{group:<12} {s.n:>4}" if i == 0 else " " * 17
             lines.append(
-                f"{label}  {m:<9}"
-                + "".join(f"{r[k]:>8.3f}" for k in ("recall@1", "recall@5", "recall@10", "mrr"))
-                + mark
+                f"{label}  {mode:<9}"
+                + "".join(f"{r[k]:>8.3f}" for k in ("recall@1", "recall@5", "recall@10", "mrr@10"))
             )
-        lines.append("")
-    lines.append("macro: the mean of the four categories, so the category mix cannot decide alone")
-    lines.append("* best recall@5 in its category (ties marked on each)")
-    return "\n".join(lines)
+    return lines
 
 
-# ------------------------------------------------------------------ diagnostics
+def verdicts(scores: dict[str, dict[str, Scores]], p50: float) -> list[str]:
+    """The issue's targets that the run does not meet."""
+    failed = []
+    hybrid = scores["hybrid"]["overall"].row()
+    for key, target in TARGETS.items():
+        if hybrid[key] < target:
+            failed.append(f"hybrid {key} {hybrid[key]:.3f} < {target}")
+    for side in ("keyword", "semantic"):
+        other = scores[side]["overall"].row()
+        for key in ("recall@1", "recall@5", "recall@10", "mrr@10"):
+            if hybrid[key] < other[key]:
+                failed.append(f"hybrid {key} {hybrid[key]:.3f} < {side} only {other[key]:.3f}")
+    if p50 > TARGET_P50_MS:
+        failed.append(f"hybrid search p50 {p50:.1f} ms > {TARGET_P50_MS} ms")
+    return failed
 
 
-def rrf(
-    result: RetrievalResult, turns: int, k: float, depth: int, w_kw: float, w_sem: float
-) -> list[Key]:
-    """Weighted reciprocal rank fusion over each side's top `depth`, with `fuse`'s tie-break.
-    With k=60, depth=all and both weights 1 it ranks exactly as `fuse` (checked in `sweep`)."""
-    ranks: dict[Key, dict[str, int]] = {}
-    for side, hits in (("keyword", result.keyword[:depth]), ("semantic", result.semantic[:depth])):
-        for rank, h in enumerate(hits, start=1):
-            ranks.setdefault((h.conversation_id, h.turn_id), {}).setdefault(side, rank)
-    weight = {"keyword": w_kw, "semantic": w_sem}
-    scored = [
-        (-sum(weight[s] / (k + r) for s, r in sides.items()), min(sides.values()), key)
-        for key, sides in ranks.items()
-    ]
-    scored.sort()
-    return [key for _, _, key in scored[:turns]]
-
-
-SWEEP: list[tuple[str, dict[str, float]]] = [
-    ("service: RRF k=60, depth 10", {"k": 60, "depth": 10, "w_kw": 1, "w_sem": 1}),
-    ("RRF k=60, depth 30", {"k": 60, "depth": 30, "w_kw": 1, "w_sem": 1}),
-    ("RRF k=60, depth 20", {"k": 60, "depth": 20, "w_kw": 1, "w_sem": 1}),
-    ("RRF k=60, depth 5", {"k": 60, "depth": 5, "w_kw": 1, "w_sem": 1}),
-    ("RRF k=10, depth 30", {"k": 10, "depth": 30, "w_kw": 1, "w_sem": 1}),
-    ("RRF k=60, depth 30, keyword x0.5", {"k": 60, "depth": 30, "w_kw": 0.5, "w_sem": 1}),
-    ("RRF k=60, depth 10, keyword x0.5", {"k": 60, "depth": 10, "w_kw": 0.5, "w_sem": 1}),
-]
-
-
-def sweep(raw: list[tuple[dict[str, Any], RetrievalResult, list[Key]]], page: int) -> str:
-    """Recall@5 of other fusions of the very same retrievals. Diagnostic: the pass/fail
-    above is the service's `fuse` only."""
-    depth = max((max(len(r.keyword), len(r.semantic)) for _, r, _ in raw), default=0)
-    mismatch = sum(rrf(r, page, 60, depth, 1, 1) != hybrid for _, r, hybrid in raw)
-    head = f"{'fusion of the same two sides (diagnostic)':<36}" + "".join(
-        f"{c[:10]:>11}" for c in ("overall", *CATEGORIES)
-    )
-    lines = [
-        f"sweep: recall@{TARGET_K}; re-fusing with the service's settings reproduces "
-        f"fuse() on {len(raw) - mismatch}/{len(raw)} questions",
-        head,
-        "-" * len(head),
-    ]
-    for label, p in SWEEP:
-        per: dict[str, Scores] = defaultdict(Scores)
-        for q, result, _ in raw:
-            ranking = rrf(result, page, p["k"], int(p["depth"]), p["w_kw"], p["w_sem"])
-            relevant = {(x["conversation_id"], x["turn_id"]) for x in q["relevant"]}
-            per["overall"].add(ranking, relevant, page)
-            per[q["category"]].add(ranking, relevant, page)
-        lines.append(
-            f"{label:<36}"
-            + "".join(
-                f"{per[c].row()[f'recall@{TARGET_K}']:>11.3f}" for c in ("overall", *CATEGORIES)
-            )
-        )
-    return "\n".join(lines)
-
-
-# ------------------------------------------------------------------ main
-
-
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", type=Path, default=DATASET)
     ap.add_argument(
-        "--engine",
-        choices=("edge", "server"),
-        default="edge",
-        help="edge: embedded qdrant-edge (default); server: qdrant-client local mode",
+        "--data", type=Path, default=DEFAULT_DATA, help=f"the LoCoMo files (default {DEFAULT_DATA})"
     )
-    ap.add_argument(
-        "--page-size",
-        type=int,
-        default=10,
-        help="turns asked of the service per question (default 10, the largest k)",
-    )
-    ap.add_argument("--threads", type=int, default=2, help="onnxruntime threads (default 2)")
-    ap.add_argument(
-        "--misses", type=int, default=0, help="list up to N questions that hybrid misses at @5"
-    )
-    ap.add_argument("--json", type=Path, help="also write the figures to this file")
-    ap.add_argument(
-        "--sweep",
-        action="store_true",
-        help="also score other fusions of the same retrievals (diagnostic only)",
-    )
-    args = ap.parse_args()
-    if args.page_size < max(CUTOFFS):
-        print(f"--page-size must be at least {max(CUTOFFS)}", file=sys.stderr)
+    ap.add_argument("--json", type=Path, help="also write the figures and every ranking here")
+    args = ap.parse_args(argv)
+    missing = [f for f in FILES if not (args.data / f).is_file()]
+    if missing:
+        print(
+            f"bench_search_quality: the LoCoMo development files are absent: {args.data} has no "
+            f"{', '.join(missing)}. Pass their directory with --data (research data, kept out "
+            "of the repository: see ../shared/eval/locomo-dev/README.md).",
+            file=sys.stderr,
+        )
         return 2
-    try:
-        data = json.loads(args.dataset.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        print(f"cannot read the dataset {args.dataset}: {error}", file=sys.stderr)
-        return 2
-    turns: list[dict[str, str]] = data["turns"]
-    questions: list[dict[str, Any]] = data["questions"]
-    owner = {(t["conversation_id"]): (t["tenant_id"], t["principal_id"]) for t in turns}
-
-    started = time.perf_counter()
-    embedder = OnnxMiniLmEmbedder(intra_op_threads=args.threads)
-    keywords = KeywordEncoder()
-    load_s = time.perf_counter() - started
-
-    with tempfile.TemporaryDirectory(prefix="memoria-quality-") as tmp:
-        index = open_index(args.engine, Path(tmp), embedder.dimension, embedder.model_id)
-        try:
-            # Build: chunk every turn, embed all chunks in batches, upsert turn by turn.
-            t0 = time.perf_counter()
-            chunked = [split_turn(t["question"], t["answer"]) for t in turns]
-            texts = [c for ch in chunked for c in ch.chunks]
-            dense: list[Any] = []
-            for i in range(0, len(texts), EMBED_BATCH):
-                dense.extend(embedder.embed_documents(texts[i : i + EMBED_BATCH]))
-            embed_s = time.perf_counter() - t0
-            vectors = iter(dense)
-            t1 = time.perf_counter()
-            for t, ch in zip(turns, chunked, strict=True):
-                key = TurnKey(t["tenant_id"], t["principal_id"], t["conversation_id"], t["turn_id"])
-                when = datetime.fromisoformat(t["turn_time"].replace("Z", "+00:00"))
-                index.upsert_turn(
-                    key,
-                    when.astimezone(UTC),
-                    [
-                        IndexedChunk(i, text, next(vectors), keywords.encode_document(text))
-                        for i, text in enumerate(ch.chunks)
-                    ],
-                )
-            upsert_s = time.perf_counter() - t1
-            windows = sum(len(m) for m in dense)
-            multi = sum(len(ch.chunks) > 1 for ch in chunked)
-            truncated = sum(ch.truncated for ch in chunked)
-
-            recorder = RecordingIndex(index)
-            service = ConversationSearch(
-                _Turns(),  # type: ignore[arg-type]
-                recorder,  # type: ignore[arg-type]
-                embedder,
-                keywords,
-                _Memory(),  # type: ignore[arg-type]
-                None,  # type: ignore[arg-type]  # the indexer: not used by search
-                lambda: datetime.now(UTC),
-            )
-
-            results: dict[str, dict[str, Scores]] = defaultdict(
-                lambda: {m: Scores() for m in METHODS}
-            )
-            leaks: list[str] = []
-            misses: list[str] = []
-            raw: list[tuple[dict[str, Any], RetrievalResult, list[Key]]] = []
-            t2 = time.perf_counter()
-            for q in questions:
-                who = Identity(q["tenant_id"], q["principal_id"])
-                hybrid: list[SearchHit] = service.search(who, q["query"], args.page_size)
-                result = recorder.last
-                assert result is not None
-                rankings = {
-                    "keyword": [(h.conversation_id, h.turn_id) for h in result.keyword],
-                    "semantic": [(h.conversation_id, h.turn_id) for h in result.semantic],
-                    "hybrid": [(h.conversation_id, h.turn_id) for h in hybrid],
-                }
-                rankings = {m: r[: args.page_size] for m, r in rankings.items()}
-                raw.append((q, result, rankings["hybrid"]))
-                relevant = {(r["conversation_id"], r["turn_id"]) for r in q["relevant"]}
-                for m, ranking in rankings.items():
-                    results["overall"][m].add(ranking, relevant, args.page_size)
-                    results[q["category"]][m].add(ranking, relevant, args.page_size)
-                    for conv, _ in ranking:
-                        if owner.get(conv) != (q["tenant_id"], q["principal_id"]):
-                            leaks.append(f"{q['id']} {m}: {conv} of {owner.get(conv)}")
-                if not relevant.intersection(rankings["hybrid"][:TARGET_K]):
-                    rank = {
-                        m: next((i for i, k in enumerate(r, 1) if k in relevant), 0)
-                        for m, r in rankings.items()
-                    }
-                    misses.append(
-                        f"  {q['id']} [{q['category']}] {q['query']!r}  ranks: "
-                        + ", ".join(f"{m} {v or '-'}" for m, v in rank.items())
-                    )
-            query_s = time.perf_counter() - t2
-            depth = recorder.last_turns
-        finally:
-            index.close()
-
-    principals = {(t["tenant_id"], t["principal_id"]) for t in turns}
-    conversations = {(t["tenant_id"], t["principal_id"], t["conversation_id"]) for t in turns}
-    per_cat = {c: results[c]["hybrid"].n for c in CATEGORIES}
-    shown = args.dataset.relative_to(ROOT) if args.dataset.is_relative_to(ROOT) else args.dataset
+    raise_on_sigterm()
+    turns: list[Turn] = []
+    questions: list[Question] = []
+    for name in FILES:
+        t, q = load(args.data / name, f"locomo-{Path(name).stem}")
+        turns += t
+        questions += q
+    print(machine_line())
+    print(software_line())
     print(
-        f"dataset   {shown}: "
-        f"{len(principals)} principals, {len(conversations)} conversations, {len(turns)} turns, "
-        f"{len(questions)} questions (" + ", ".join(f"{c} {n}" for c, n in per_cat.items()) + ")"
+        f"data      {args.data}: {len(FILES)} files, {len(turns)} turns, "
+        f"{len(questions)} questions (categories 1-4 with a mappable evidence id)"
     )
+    scores: dict[str, dict[str, Scores]] = {m: defaultdict(Scores) for m in MODES}
+    latency: dict[str, list[float]] = {}
+    rankings: dict[str, list[list[tuple[str, str]]]] = {}
+    with tempfile.TemporaryDirectory(prefix="memoria-locomo-") as tmp:
+        data_dir = Path(tmp) / "data"
+        for mode in MODES:
+            server = start(data_dir, Path(tmp) / mode, mode)
+            try:
+                with grpc.insecure_channel(f"{HOST}:{server.port}") as channel:
+                    stub = pb_grpc.ConversationSearchServiceStub(channel)
+                    if mode == "hybrid":
+                        indexing = index_all(stub, data_dir / "memoria.sqlite3", turns)
+                    rankings[mode], latency[mode] = search_all(stub, questions)
+            finally:
+                server.stop()
+            for q, ranking in zip(questions, rankings[mode], strict=True):
+                for group in ("overall", q.category, q.principal):
+                    scores[mode][group].add(ranking, q.relevant)
     print(
-        f"index     {args.engine}: {len(texts)} chunks ({multi} turns split into several, "
-        f"{truncated} truncated), {windows} embedding windows; model {embedder.model_id}"
+        f"indexing  {indexing['turns']} turns ({indexing['chunks']} chunks) through IndexTurn: "
+        f"accepted in {indexing['accept_s']:.1f} s "
+        f"({indexing['turns'] / indexing['accept_s']:.0f} turns/s), all indexed after "
+        f"{indexing['index_s']:.1f} s ({indexing['turns'] / indexing['index_s']:.1f} turns/s, "
+        f"{indexing['chunks'] / indexing['index_s']:.1f} chunks/s)"
     )
-    print(
-        f"build     model load {load_s:.1f} s, embedding {embed_s:.1f} s, upserts {upsert_s:.1f} s"
-        f" (total {load_s + embed_s + upsert_s:.1f} s)"
-    )
-    print(
-        f"queries   {len(questions)} through ConversationSearch.search, page size "
-        f"{args.page_size}, retrieval depth {depth} turns per side: {query_s:.1f} s "
-        f"({1000 * query_s / max(len(questions), 1):.1f} ms each)"
-    )
+    for mode in MODES:
+        print(
+            f"search    {mode:<9} {len(questions)} calls, page size {PAGE_SIZE}: "
+            f"p50 {statistics.median(latency[mode]):.1f} ms, "
+            f"p99 {percentile(latency[mode], 99):.1f} ms"
+        )
     print()
-    print(fmt_table(results))
-
+    groups = ["overall", *CATEGORIES.values()]
+    print("\n".join(table(scores, groups)))
+    print()
+    print("per file (principal):")
+    print("\n".join(table(scores, [f"locomo-{Path(f).stem}" for f in FILES])))
     if args.json:
         args.json.write_text(
             json.dumps(
                 {
-                    "engine": args.engine,
-                    "questions": len(questions),
-                    "turns": len(turns),
-                    "chunks": len(texts),
-                    "page_size": args.page_size,
-                    "results": {
-                        c: {m: {"n": s.n, **s.row()} for m, s in ms.items()}
-                        for c, ms in results.items()
+                    "indexing": indexing,
+                    "latency_ms": {
+                        m: {"p50": statistics.median(v), "p99": percentile(v, 99)}
+                        for m, v in latency.items()
                     },
+                    "scores": {
+                        m: {g: {"n": s.n, **s.row()} for g, s in per.items()}
+                        for m, per in scores.items()
+                    },
+                    "questions": [
+                        {
+                            "principal": q.principal,
+                            "question": q.text,
+                            "category": q.category,
+                            "relevant": sorted(q.relevant),
+                            **{m: rankings[m][i] for m in MODES},
+                        }
+                        for i, q in enumerate(questions)
+                    ],
                 },
-                indent=2,
+                indent=1,
             )
             + "\n",
             encoding="utf-8",
         )
-
-    if args.sweep:
-        print()
-        print(sweep(raw, args.page_size))
-
-    if args.misses and misses:
-        print(f"\nhybrid misses at @{TARGET_K} ({len(misses)}; first {args.misses}):")
-        print("\n".join(misses[: args.misses]))
-
-    failed = False
-    if leaks:
-        print(
-            f"\nFAIL: {len(leaks)} hits from another principal's conversations, e.g.:",
-            *leaks[:5],
-            sep="\n  ",
-            file=sys.stderr,
-        )
-        failed = True
-    overall = {m: results["overall"][m].row()[f"recall@{TARGET_K}"] for m in METHODS}
-    if not (overall["hybrid"] > overall["keyword"] and overall["hybrid"] > overall["semantic"]):
-        print(
-            f"\nFAIL: hybrid recall@{TARGET_K} {overall['hybrid']:.3f} does not beat both "
-            f"keyword-only {overall['keyword']:.3f} and semantic-only {overall['semantic']:.3f} "
-            "(issue 3, item 8); see the per-category rows above",
-            file=sys.stderr,
-        )
-        failed = True
+    failed = verdicts(scores, statistics.median(latency["hybrid"]))
     if failed:
+        print("\nNOT MET:\n  " + "\n  ".join(failed))
         return 1
-    print(
-        f"\nOK: hybrid recall@{TARGET_K} {overall['hybrid']:.3f} beats keyword-only "
-        f"{overall['keyword']:.3f} and semantic-only {overall['semantic']:.3f}; no leaks"
-    )
+    print("\nOK: every target of issue 13 is met")
     return 0
 
 

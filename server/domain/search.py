@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -135,6 +135,62 @@ def fuse(result: RetrievalResult, turns: int) -> list[SearchHit]:
         )
     )
     return fused[:turns]
+
+
+class OneSideIndex:
+    """A chunk index whose searches return one retrieval side only (the other empty).
+
+    For development and benchmarks (the `search_mode` setting): `fuse` over one side ranks
+    exactly as that side does, so a search answers keyword-only or semantic-only with the
+    same index, the same representations and the same per-turn reduction as hybrid search.
+    Every other operation passes through unchanged.
+    """
+
+    def __init__(self, index: ChunkIndex, side: str) -> None:
+        if side not in ("keyword", "semantic"):
+            raise ValueError(f"side must be keyword or semantic, not {side!r}")
+        self._index = index
+        self._side = side
+
+    def search(self, scope: SearchScope, query: EncodedQuery, turns: int) -> RetrievalResult:
+        """The wrapped index's result with the other side emptied."""
+        result = self._index.search(scope, query, turns)
+        if self._side == "keyword":
+            return RetrievalResult(keyword=result.keyword, semantic=())
+        return RetrievalResult(keyword=(), semantic=result.semantic)
+
+    def upsert_turn(
+        self, key: TurnKey, turn_time: datetime, chunks: Sequence[IndexedChunk]
+    ) -> None:
+        """Passed through."""
+        self._index.upsert_turn(key, turn_time, chunks)
+
+    def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:
+        """Passed through."""
+        self._index.delete_conversation(tenant_id, principal_id, conversation_id)
+
+    def delete_principal(self, tenant_id: str, principal_id: str) -> None:
+        """Passed through."""
+        self._index.delete_principal(tenant_id, principal_id)
+
+    def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
+        """Passed through."""
+        return self._index.count(tenant_id, principal_id, conversation_id)
+
+    def check(self) -> None:
+        """Passed through."""
+        self._index.check()
+
+    def close(self) -> None:
+        """Passed through."""
+        self._index.close()
+
+
+def search_index(index: ChunkIndex, mode: str) -> ChunkIndex:
+    """The index searches run on: `index` itself for hybrid, else a OneSideIndex."""
+    if mode == "hybrid":
+        return index
+    return OneSideIndex(index, mode)
 
 
 class Indexer:
