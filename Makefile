@@ -8,7 +8,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: setup serve test test-clients generate lint pg-start pg-stop bench
+.PHONY: setup serve test test-clients generate lint pg-start pg-stop bench web
 
 $(STAMP): pyproject.toml requirements.lock clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,10 +22,19 @@ $(STAMP): pyproject.toml requirements.lock clients/python/pyproject.toml
 
 setup: $(STAMP)
 
-serve: $(STAMP)
-	$(VENV)/bin/memoria serve $(ARGS)
+# The settings page's bundle (scripts/web.sh: npm ci, tsc, esbuild), rebuilt when a source changed.
+WEB_DIST := web/dist/app.js
+$(WEB_DIST): web/package-lock.json web/build.mjs web/tsconfig.json web/index.html web/style.css \
+		$(wildcard web/src/*.ts) clients/ts/src/charcount.ts $(wildcard generated/ts/*/*/*.ts)
+	scripts/web.sh
 
-test: $(STAMP)
+web: $(WEB_DIST)
+
+# The page at http://127.0.0.1:8080/ beside gRPC (MEMORIA_HTTP_LISTEN=... to move it).
+serve: $(STAMP) $(WEB_DIST)
+	MEMORIA_HTTP_LISTEN=$${MEMORIA_HTTP_LISTEN-127.0.0.1:8080} $(VENV)/bin/memoria serve $(ARGS)
+
+test: $(STAMP) $(WEB_DIST)
 	scripts/test.sh $(ARGS)
 
 test-clients: $(STAMP)

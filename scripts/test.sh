@@ -24,5 +24,12 @@ export MEMORIA_TEST_PG_OWNER_URL MEMORIA_TEST_PG_APP_URL
 export MEMORIA_REQUIRE_POSTGRES=1
 export MEMORIA_REQUIRE_QDRANT=1
 
+echo "== Chromium for the browser tests" >&2
+# The settings page's tests (tests/browser/) drive Debian's chromium; where it cannot be
+# installed they fail saying so (the run goes on, so every other test still reports).
+if chromium=$(scripts/chromium.sh); then
+  export MEMORIA_TEST_CHROMIUM=$chromium
+fi
+
 echo "== pytest" >&2
 .venv/bin/pytest "$@"

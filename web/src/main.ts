@@ -1,0 +1,405 @@
+/**
+ * The settings page (DESIGN 2, issue 12): the person sees and edits the exact text the prompt
+ * carries, with its count against the limit as they type; turns memory off; reads who changed
+ * it and when; deletes past conversations or everything. It calls the same contract as every
+ * other client, over Connect from the server's HTTP port (server/rpc/web.py).
+ *
+ * Everything shown comes through textContent or form values, never innerHTML: a block holding
+ * markup displays as text (and the server's Content-Security-Policy forbids inline script on
+ * top of that).
+ */
+import { create } from "@bufbuild/protobuf";
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { createClient, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-web";
+import { charCount } from "../../clients/ts/src/charcount.js";
+import { AuditAction, AuditService, type AuditEvent } from "../../generated/ts/memoria/v1/audit_service_pb.js";
+import {
+  ConversationSearchService,
+  type ExportedTurn,
+  type TurnInspection,
+} from "../../generated/ts/memoria/v1/conversation_search_service_pb.js";
+import { TurnReferenceSchema, Writer } from "../../generated/ts/memoria/v1/memory_block_pb.js";
+import { MemoryBlockService } from "../../generated/ts/memoria/v1/memory_block_service_pb.js";
+import { describe, reasonOf } from "./errors.js";
+
+type Mode = "token" | "headers" | "proxy";
+
+const $ = <T extends HTMLElement>(id: string): T => {
+  const element = document.getElementById(id);
+  if (!element) throw new Error(`missing #${id}`);
+  return element as T;
+};
+
+/** Who the page calls as: a bearer token, the trusted headers (a server on loopback, or a
+ * proxy that lets them through), or nothing (a proxy in front authenticates the person and
+ * sets the identity itself). Kept for this tab only. */
+const identity = {
+  mode: (sessionStorage.getItem("memoria.mode") as Mode | null) ?? defaultMode(),
+  token: sessionStorage.getItem("memoria.token") ?? "",
+  tenant: sessionStorage.getItem("memoria.tenant") ?? "",
+  principal: sessionStorage.getItem("memoria.principal") ?? "",
+};
+
+function defaultMode(): Mode {
+  const host = location.hostname;
+  return host === "localhost" || host === "127.0.0.1" || host === "[::1]" ? "headers" : "token";
+}
+
+const withIdentity: Interceptor = (next) => async (request) => {
+  if (identity.mode === "token" && identity.token) {
+    request.header.set("authorization", `Bearer ${identity.token}`);
+  } else if (identity.mode === "headers") {
+    request.header.set("x-memoria-tenant", identity.tenant);
+    request.header.set("x-memoria-principal", identity.principal);
+  }
+  return next(request);
+};
+
+const transport = createConnectTransport({
+  baseUrl: location.origin,
+  useBinaryFormat: true,
+  interceptors: [withIdentity],
+});
+const blocks = createClient(MemoryBlockService, transport);
+const audit = createClient(AuditService, transport);
+const conversations = createClient(ConversationSearchService, transport);
+
+/** The block as loaded when editing began: its etag is what Save sends. */
+let baseline = { etag: "", text: "" };
+let charLimit = 0;
+let auditPageToken = "";
+
+function say(text: string, isError = false): void {
+  const message = $("message");
+  message.textContent = text;
+  message.classList.toggle("error", isError);
+}
+
+function when(time: Timestamp | undefined): string {
+  return time ? timestampDate(time).toLocaleString() : "";
+}
+
+function element(tag: string, text = "", className = ""): HTMLElement {
+  const node = document.createElement(tag);
+  node.textContent = text;
+  if (className) node.className = className;
+  return node;
+}
+
+function updateCount(): void {
+  const count = charCount($<HTMLTextAreaElement>("block").value);
+  const line = $("count");
+  const limit = charLimit.toLocaleString("en-US");
+  const over = charLimit > 0 && count > charLimit;
+  line.textContent =
+    `${count.toLocaleString("en-US")} / ${limit} characters` +
+    (over ? ` (${(count - charLimit).toLocaleString("en-US")} over the limit: shorten it to save)` : "");
+  line.classList.toggle("over", over);
+  line.dataset["count"] = String(count);
+}
+
+async function loadBlock(): Promise<void> {
+  const { memoryBlock } = await blocks.getMemoryBlock({});
+  baseline = { etag: memoryBlock?.etag ?? "", text: memoryBlock?.text ?? "" };
+  charLimit = memoryBlock?.charLimit ?? 0;
+  $<HTMLTextAreaElement>("block").value = baseline.text;
+  $("conflict").hidden = true;
+  updateCount();
+}
+
+async function save(overwrite: boolean): Promise<void> {
+  const text = $<HTMLTextAreaElement>("block").value;
+  if (charCount(text) === 0) {
+    say("An empty memory is not saved. To delete everything, use Clear all.", true);
+    $("clear").focus();
+    return;
+  }
+  try {
+    // Save sends the etag from when editing began; "Save again" overwrites (no etag).
+    const answer = await blocks.rewriteMemoryBlock({
+      text,
+      writer: Writer.USER,
+      ...(overwrite ? {} : { etag: baseline.etag }),
+    });
+    const saved = answer.memoryBlock;
+    baseline = { etag: saved?.etag ?? "", text: saved?.text ?? "" };
+    $<HTMLTextAreaElement>("block").value = baseline.text;
+    $("conflict").hidden = true;
+    updateCount();
+    say(answer.changed ? "Saved." : "Nothing to save: your memory already says exactly this.");
+    await loadAudit(true);
+  } catch (error) {
+    if (reasonOf(error) === "ERROR_REASON_ETAG_MISMATCH") {
+      $("conflict").hidden = false; // the edited text stays in the box
+      say("Memory was changed elsewhere.", true);
+      return;
+    }
+    say(describe(error), true);
+  }
+}
+
+async function clearAll(): Promise<void> {
+  $("clear-confirm").hidden = true;
+  try {
+    await blocks.deleteMemoryBlock({ writer: Writer.USER });
+    await loadBlock();
+    say("Your memory was cleared.");
+    await loadAudit(true);
+  } catch (error) {
+    say(describe(error), true);
+  }
+}
+
+async function loadSettings(): Promise<void> {
+  const { settings } = await blocks.getMemorySettings({});
+  $<HTMLInputElement>("memory-enabled").checked = settings?.memoryEnabled ?? true;
+}
+
+async function setEnabled(enabled: boolean): Promise<void> {
+  try {
+    const { settings } = await blocks.updateMemorySettings({
+      memoryEnabled: enabled,
+      writer: Writer.USER,
+    });
+    $<HTMLInputElement>("memory-enabled").checked = settings?.memoryEnabled ?? enabled;
+    say(enabled ? "Memory is on." : "Memory is off: the assistant will not see or change it.");
+    await loadAudit(true);
+  } catch (error) {
+    $<HTMLInputElement>("memory-enabled").checked = !enabled;
+    say(describe(error), true);
+  }
+}
+
+const ACTION_WORDS: Record<number, string> = {
+  [AuditAction.BLOCK_REWRITTEN]: "changed the memory",
+  [AuditAction.BLOCK_DELETED]: "cleared the memory",
+  [AuditAction.SETTINGS_UPDATED]: "changed the settings",
+  [AuditAction.CONVERSATION_DELETED]: "deleted a conversation",
+  [AuditAction.PRINCIPAL_DATA_ERASED]: "erased all data",
+};
+
+function auditItem(event: AuditEvent): HTMLElement {
+  const item = element("li");
+  item.dataset["action"] = AuditAction[event.action] ?? "";
+  const who = event.writer === Writer.MODEL ? "The assistant" : event.writer === Writer.USER ? "You" : "Someone";
+  const head = element("div");
+  head.append(element("strong", `${who} ${ACTION_WORDS[event.action] ?? "made a change"}`), ` · ${when(event.createTime)}`);
+  item.append(head);
+  if (event.action === AuditAction.SETTINGS_UPDATED && event.memoryEnabled !== undefined) {
+    item.append(element("div", event.memoryEnabled ? "Memory turned on" : "Memory turned off"));
+  }
+  if (event.action === AuditAction.BLOCK_DELETED) {
+    item.append(element("div", `${event.removedLineCount} lines removed`));
+  }
+  if (event.action === AuditAction.CONVERSATION_DELETED) {
+    item.append(element("div", `Conversation ${event.conversationId} (${event.deletedTurnCount} turns)`));
+  }
+  for (const line of event.removedLines) item.append(element("div", `− ${line}`, "lines removed"));
+  for (const line of event.addedLines) item.append(element("div", `+ ${line}`, "lines added"));
+  return item;
+}
+
+async function loadAudit(fromStart: boolean): Promise<void> {
+  if (fromStart) auditPageToken = "";
+  try {
+    const page = await audit.listAuditEvents({ pageSize: 20, pageToken: auditPageToken });
+    const list = $("audit");
+    if (fromStart) list.replaceChildren();
+    for (const event of page.events) list.append(auditItem(event));
+    if (fromStart && page.events.length === 0) list.append(element("li", "No changes yet."));
+    auditPageToken = page.nextPageToken;
+    $("audit-more").hidden = auditPageToken === "";
+  } catch (error) {
+    say(describe(error), true);
+  }
+}
+
+/** Past conversations, from the caller's own export (there is no list RPC: the export is the
+ * one call that returns every turn the caller has; a person has few enough to page through). */
+async function loadConversations(): Promise<void> {
+  const turns = new Map<string, ExportedTurn[]>();
+  const list = $("conversations");
+  try {
+    let pageToken = "";
+    do {
+      const page = await conversations.exportPrincipalData({ pageSize: 200, pageToken });
+      for (const record of page.records) {
+        if (record.record.case === "turn") {
+          const turn = record.record.value;
+          turns.set(turn.conversationId, [...(turns.get(turn.conversationId) ?? []), turn]);
+        }
+      }
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+  } catch (error) {
+    list.replaceChildren(element("li", describe(error)));
+    return;
+  }
+  list.replaceChildren();
+  if (turns.size === 0) list.append(element("li", "No past conversations."));
+  for (const [conversationId, ofConversation] of turns) {
+    list.append(conversationItem(conversationId, ofConversation));
+  }
+}
+
+function conversationItem(conversationId: string, turns: ExportedTurn[]): HTMLElement {
+  const item = element("li");
+  item.dataset["conversation"] = conversationId;
+  const first = turns[0]?.text.split("\n", 1)[0] ?? "";
+  item.append(
+    element("strong", conversationId),
+    ` · ${turns.length} turn${turns.length === 1 ? "" : "s"} · ${when(turns.at(-1)?.turnTime)}`,
+    element("div", first.length > 160 ? `${first.slice(0, 160)}…` : first, "hint"),
+  );
+  for (const turn of turns) {
+    const inspect = element("button", `What turn ${turn.turnId} used`);
+    inspect.className = "inspect";
+    inspect.dataset["turn"] = turn.turnId;
+    inspect.addEventListener("click", () => void inspectTurn(conversationId, turn.turnId));
+    item.append(inspect);
+  }
+  const remove = element("button", "Delete this conversation", "danger");
+  remove.classList.add("delete-conversation");
+  let armed = false;
+  remove.addEventListener("click", async () => {
+    if (!armed) {
+      armed = true;
+      remove.textContent = "Really delete it? Click again";
+      return;
+    }
+    try {
+      await conversations.deleteConversation({ conversationId });
+      item.remove();
+      say(`Conversation ${conversationId} was deleted.`);
+      await loadAudit(true);
+    } catch (error) {
+      say(describe(error), true);
+    }
+  });
+  item.append(remove);
+  return item;
+}
+
+/** The inspector: which memory version the turn rendered and which searches it made. */
+async function inspectTurn(conversationId: string, turnId: string): Promise<void> {
+  let inspection: TurnInspection | undefined;
+  try {
+    const turn = create(TurnReferenceSchema, { conversationId, turnId });
+    inspection = (await conversations.getTurnInspection({ turn })).inspection;
+  } catch (error) {
+    say(describe(error), true);
+    return;
+  }
+  $("inspection").hidden = false;
+  $("inspection-title").textContent = `What turn ${turnId} of ${conversationId} used`;
+  const body = $("inspection-body");
+  body.replaceChildren();
+  const renders = inspection?.renders ?? [];
+  const searches = inspection?.searches ?? [];
+  if (renders.length === 0 && searches.length === 0) {
+    body.append(element("p", "Nothing was recorded for this turn."));
+  }
+  for (const render of renders) {
+    body.append(
+      element(
+        "p",
+        `Memory loaded ${when(render.renderTime)}: ${render.charCount.toLocaleString("en-US")} characters` +
+          (render.blockChanged ? " (your memory has changed since)" : " (the same as now)"),
+        "render",
+      ),
+    );
+  }
+  for (const search of searches) {
+    const block = element("div", "", "search");
+    block.append(element("p", `Searched for “${search.query}” ${when(search.searchTime)}: ${search.hitCount} found`));
+    const hits = element("ol");
+    for (const hit of search.hits) {
+      hits.append(
+        element(
+          "li",
+          `${hit.conversationId} turn ${hit.turnId}: ${hit.text.slice(0, 200)} ` +
+            `(keyword rank ${hit.keywordRank || "none"}, meaning rank ${hit.semanticRank || "none"})`,
+        ),
+      );
+    }
+    block.append(hits);
+    body.append(block);
+  }
+}
+
+async function eraseAll(): Promise<void> {
+  $("erase-confirm").hidden = true;
+  try {
+    await conversations.erasePrincipalData({});
+    say("All your data was erased.");
+    await loadEverything();
+  } catch (error) {
+    say(describe(error), true);
+  }
+}
+
+async function loadEverything(): Promise<void> {
+  try {
+    await loadBlock();
+    await loadSettings();
+  } catch (error) {
+    $("account").hidden = true;
+    say(describe(error), true);
+    return;
+  }
+  $("account").hidden = false;
+  await loadAudit(true);
+  await loadConversations();
+}
+
+function showMode(): void {
+  $("token-fields").hidden = identity.mode !== "token";
+  $("header-fields").hidden = identity.mode !== "headers";
+}
+
+function start(): void {
+  $<HTMLInputElement>(`mode-${identity.mode}`).checked = true;
+  $<HTMLTextAreaElement>("token").value = identity.token;
+  $<HTMLInputElement>("tenant").value = identity.tenant;
+  $<HTMLInputElement>("principal").value = identity.principal;
+  showMode();
+  for (const mode of ["token", "headers", "proxy"] as const) {
+    $(`mode-${mode}`).addEventListener("change", () => {
+      identity.mode = mode;
+      showMode();
+    });
+  }
+  $("connect").addEventListener("click", () => {
+    identity.token = $<HTMLTextAreaElement>("token").value.trim();
+    identity.tenant = $<HTMLInputElement>("tenant").value.trim();
+    identity.principal = $<HTMLInputElement>("principal").value.trim();
+    for (const [key, value] of Object.entries(identity)) sessionStorage.setItem(`memoria.${key}`, value);
+    say("");
+    void loadEverything();
+  });
+  $("block").addEventListener("input", updateCount);
+  $("save").addEventListener("click", () => void save(false));
+  $("overwrite").addEventListener("click", () => void save(true));
+  $("load-server").addEventListener("click", async () => {
+    try {
+      await loadBlock();
+      say("Showing the latest saved memory.");
+    } catch (error) {
+      say(describe(error), true);
+    }
+  });
+  $("clear").addEventListener("click", () => ($("clear-confirm").hidden = false));
+  $("clear-no").addEventListener("click", () => ($("clear-confirm").hidden = true));
+  $("clear-yes").addEventListener("click", () => void clearAll());
+  $("memory-enabled").addEventListener("change", (event) => {
+    void setEnabled((event.target as HTMLInputElement).checked);
+  });
+  $("audit-more").addEventListener("click", () => void loadAudit(false));
+  $("erase").addEventListener("click", () => ($("erase-confirm").hidden = false));
+  $("erase-no").addEventListener("click", () => ($("erase-confirm").hidden = true));
+  $("erase-yes").addEventListener("click", () => void eraseAll());
+  document.body.dataset["ready"] = "1";
+}
+
+start();
