@@ -458,6 +458,7 @@ def start(
             ),
             settings.http_listen,
             max_connections=settings.max_receiving_calls,
+            reuse_port=settings.workers > 1,
         )
         web.start()
     return Running(

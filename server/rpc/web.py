@@ -508,13 +508,18 @@ class WebServer:
     """The gateway served by uvicorn on a thread, on a socket bound before it starts (so
     port 0 works and a taken port fails the start in one line)."""
 
-    def __init__(self, gateway: Gateway, listen: str, *, max_connections: int) -> None:
+    def __init__(
+        self, gateway: Gateway, listen: str, *, max_connections: int, reuse_port: bool = False
+    ) -> None:
+        """`reuse_port`: several processes share the port (`--workers N`), as the gRPC one."""
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         try:
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             self._socket.bind((host, int(port)))
             self._socket.listen(128)
         except OSError as error:
