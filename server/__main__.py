@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from server.config import Settings
+from server.config import Settings, listen_host
 
 log = logging.getLogger("memoria")
 
@@ -30,6 +30,11 @@ def _parser() -> argparse.ArgumentParser:
         "--qdrant-grpc-port", type=int, help="Qdrant gRPC port (default: the URL's port + 1)"
     )
     serve.add_argument("--auth", choices=["auto", "jwt", "trusted-headers"])
+    serve.add_argument(
+        "--http-listen",
+        help="HOST:PORT for the settings page, Connect and gRPC-Web (default: off; "
+        "`make serve` uses 127.0.0.1:8080)",
+    )
     serve.add_argument("--port-file", type=Path, help="write the bound port here once serving")
     serve.add_argument(
         "--workers",
@@ -77,6 +82,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             "qdrant_grpc_port",
             "auth",
             "workers",
+            "http_listen",
         )
         if (value := getattr(args, key, None)) is not None
     }
@@ -235,6 +241,7 @@ def _serve_workers(settings: Settings, args: argparse.Namespace) -> None:
             ("--qdrant-url", "qdrant_url"),
             ("--qdrant-grpc-port", "qdrant_grpc_port"),
             ("--auth", "auth"),
+            ("--http-listen", "http_listen"),
         )
         if getattr(args, key) is not None
     ]
@@ -268,6 +275,11 @@ def _serve(settings: Settings, port_file: Path | None, worker_index: int | None 
         "sqlite" if settings.embedded else "postgresql",
         os.getpid(),
     )
+    if running.web is not None:
+        log.info(
+            "serving the settings page, Connect and gRPC-Web on http://%s/",
+            f"{listen_host(settings.http_listen or '')}:{running.web.port}",
+        )
     if port_file is not None:
         port_file.write_text(str(running.port))
 
