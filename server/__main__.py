@@ -189,7 +189,7 @@ def _worker(settings: Settings) -> None:
     them (its own worker threads index for it)."""
     import threading
 
-    from server.app import build_engine, build_search_parts
+    from server.app import build_engine, build_search_parts, inspection_purge
     from server.storage.sql import SqlMemoryStore
     from server.telemetry import setup_telemetry
     from server.worker import IndexWorker
@@ -208,6 +208,7 @@ def _worker(settings: Settings) -> None:
         parts.indexer,
         threads=max(settings.index_worker_threads, 1),
         batch_size=settings.index_batch_size,
+        purges=(inspection_purge(settings, store),),
     )
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())

@@ -6,9 +6,10 @@ import logging
 import os
 import secrets
 import threading
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -26,6 +27,8 @@ from memoria.v1 import (
 )
 from server.config import Settings, is_loopback, listen_host
 from server.domain.audit import AuditLog, PageTokens
+from server.domain.export import Exporter
+from server.domain.inspection import TurnInspector
 from server.domain.keywords import KeywordEncoder
 from server.domain.memory import MemoryBlocks
 from server.domain.ports import ChunkIndex, Embedder, MemoryStore
@@ -51,6 +54,7 @@ from server.storage import migrate
 from server.storage.cache import CachedMemoryStore, PostgresChangeListener
 from server.storage.disk import FreeSpace, startup_refusal
 from server.storage.engine import create_store_engine, sqlite_url
+from server.storage.inspections import SqlInspectionStore
 from server.storage.secret_detector import DetectSecretsDetector
 from server.storage.sql import SqlMemoryStore
 from server.storage.turns import SqlTurnStore
@@ -268,6 +272,18 @@ def build_search_parts(
     return SearchParts(turns, index, embedder, keywords, indexer)
 
 
+def build_inspections(settings: Settings, store: SqlMemoryStore) -> SqlInspectionStore:
+    """The inspector's records, in the memory store's database."""
+    return SqlInspectionStore(store)
+
+
+def inspection_purge(settings: Settings, store: SqlMemoryStore) -> Callable[[int], int]:
+    """The background removal of inspector records past the retention (for IndexWorker)."""
+    retention = timedelta(days=settings.inspection_retention_days)
+    inspections = build_inspections(settings, store)
+    return lambda limit: inspections.purge(utc_now() - retention, limit)
+
+
 def page_token_key(settings: Settings) -> bytes:
     """The key that signs page tokens.
 
@@ -348,13 +364,16 @@ def start(
     reads, listener = build_read_cache(settings, store)
     # One credential detector for the block's refusal and the turns' redaction (thread-safe).
     secrets_detector = DetectSecretsDetector()
+    inspections = build_inspections(settings, store)
     blocks = MemoryBlocks(
         telemetry.memory_store(reads),
         utc_now,
         char_limit=settings.char_limit,
         secrets=secrets_detector,
+        inspections=inspections,
     )
-    audit = AuditLog(store, PageTokens(page_token_key(settings)))
+    tokens = PageTokens(page_token_key(settings))
+    audit = AuditLog(store, tokens)
     parts = build_search_parts(
         settings, store, reads, embedder=embedder, index=index, telemetry=telemetry
     )
@@ -363,6 +382,7 @@ def start(
         threads=settings.index_worker_threads,
         batch_size=settings.index_batch_size,
         space=space,
+        purges=(inspection_purge(settings, store),),
     )
     search = ConversationSearch(
         parts.turns,
@@ -374,7 +394,17 @@ def start(
         utc_now,
         wake_worker=worker.wake,
         secrets=secrets_detector,
+        inspections=inspections,
     )
+    inspector = TurnInspector(
+        inspections,
+        reads,
+        parts.turns,
+        parts.index,
+        utc_now,
+        retention=timedelta(days=settings.inspection_retention_days),
+    )
+    exporter = Exporter(blocks, store, parts.turns, parts.index, tokens)
 
     health_servicer = health.HealthServicer()
     monitor = HealthMonitor(
@@ -434,7 +464,7 @@ def start(
     )
     audit_service_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(audit), server)
     conversation_search_service_pb2_grpc.add_ConversationSearchServiceServicer_to_server(
-        ConversationSearchServicer(search), server
+        ConversationSearchServicer(search, inspector, exporter), server
     )
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)

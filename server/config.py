@@ -93,6 +93,9 @@ class Settings(BaseSettings):
         1, ge=0, le=64, description="indexing threads in this process; 0: run `memoria worker`"
     )
     index_batch_size: int = Field(16, ge=1, le=256, description="turns claimed per batch")
+    inspection_retention_days: int = Field(
+        30, ge=1, le=3650, description="days the inspector keeps what each turn rendered/searched"
+    )
     embedding_threads: int = Field(
         1, ge=1, le=64, description="onnxruntime threads per embedding call"
     )

@@ -64,6 +64,8 @@ from server.domain.model import (
     PrincipalMemory,
     RetrievalResult,
     SearchScope,
+    StoredTurn,
+    Tombstone,
     TurnKey,
 )
 from server.domain.ports import ChunkIndex, Embedder, MemoryStore, TurnBatch, TurnStore
@@ -425,6 +427,12 @@ class TracedChunkIndex:
         with self._span("count"):
             return self._index.count(tenant_id, principal_id, conversation_id)
 
+    def turn_chunks(
+        self, tenant_id: str, principal_id: str, turns: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[str, ...]]:
+        with self._span("turn_chunks"):
+            return self._index.turn_chunks(tenant_id, principal_id, turns)
+
     def check(self) -> None:
         """The health monitor's probe: not traced (a trace every few seconds is noise)."""
         self._index.check()
@@ -550,6 +558,16 @@ class TracedTurnStore:
         self, tenant_id: str, principal_id: str, event: NewAuditEvent, purge: Callable[[], None]
     ) -> Erasure:
         return self._turns.erase_principal(tenant_id, principal_id, event, purge)
+
+    def list_turns(
+        self, tenant_id: str, principal_id: str, after_row_id: int, limit: int
+    ) -> list[StoredTurn]:
+        return self._turns.list_turns(tenant_id, principal_id, after_row_id, limit)
+
+    def list_tombstones(
+        self, tenant_id: str, principal_id: str, offset: int, limit: int
+    ) -> list[Tombstone]:
+        return self._turns.list_tombstones(tenant_id, principal_id, offset, limit)
 
 
 # --------------------------------------------------------------------------

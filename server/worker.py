@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Sequence
 
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.search import Indexer
@@ -30,11 +31,16 @@ class IndexWorker:
         poll_seconds: float = 1.0,
         error_pause_seconds: float = 2.0,
         space: FreeSpace | None = None,
+        purges: Sequence[Callable[[int], int]] = (),
     ) -> None:
         """`space`: the embedded data dir's free-space watermark; while it is short, the worker
         claims no turns (it would write the chunk index's memory-mapped files, and each turn
-        would use up a retry) but still purges deleted conversations, which frees space."""
+        would use up a retry) but still purges deleted conversations, which frees space.
+        `purges`: more background removals run on each round like the conversation purge,
+        each given the batch size and returning how many it removed (the inspector's expired
+        records, server/domain/inspection.py)."""
         self._indexer = indexer
+        self._purges = tuple(purges)
         self._space = space
         self._threads = [
             threading.Thread(target=self._run, name=f"index-worker-{i}", daemon=True)
@@ -73,6 +79,8 @@ class IndexWorker:
                 short = self._short_of_space()
                 busy = 0 if short else self._indexer.run_once(self._batch_size)
                 busy += self._indexer.purge_once(self._batch_size)
+                for purge in self._purges:
+                    busy += purge(self._batch_size)
             except Exception as error:  # a store is down: keep the worker alive, retry soon
                 if not failing:  # once per outage, not every pause (health reports it too)
                     unavailable = (

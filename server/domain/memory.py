@@ -24,11 +24,15 @@ from server.domain.model import (
     Identity,
     NewAuditEvent,
     PrincipalMemory,
+    RenderRecord,
     StoredBlock,
     StoredSettings,
+    TurnKey,
+    TurnRef,
     Writer,
 )
-from server.domain.ports import Clock, MemoryStore
+from server.domain.ports import Clock, InspectionStore, MemoryStore
+from server.domain.search import turn_reference_violations
 from server.domain.secrets import SecretDetector, redact_lines, refuse_secrets
 from server.domain.text import diff_lines, lines_of, sanitize, sanitize_and_count, truncate_line
 
@@ -118,9 +122,12 @@ class MemoryBlocks:
         char_limit: int = DEFAULT_CHAR_LIMIT,
         *,
         secrets: SecretDetector | None = None,
+        inspections: InspectionStore | None = None,
     ):
         """`secrets` finds credentials, which a rewrite may not contain (server/domain/secrets.py);
-        None checks nothing (unit tests of other rules)."""
+        None checks nothing (unit tests of other rules). `inspections` records the renders
+        made for a named turn (server/domain/inspection.py); None records nothing."""
+        self._inspections = inspections
         if char_limit <= 0:
             raise ValueError("char_limit must be positive")
         self._store = store
@@ -144,8 +151,27 @@ class MemoryBlocks:
         """The caller's block; an empty view when there is none (not an error)."""
         return self._view(self._store.read(who.tenant_id, who.principal_id).block)
 
-    def render(self, who: Identity) -> Rendered:
-        """The section for the system prompt; empty with no block or with memory off."""
+    def render(self, who: Identity, turn: TurnRef | None = None) -> Rendered:
+        """The section for the system prompt; empty with no block or with memory off. With
+        `turn`, the version rendered is recorded for that turn (the inspector); without, the
+        hot path does nothing more than before."""
+        if turn is None:
+            return self._render(who)
+        violations = turn_reference_violations(turn)
+        if violations:
+            raise MemoriaError(
+                ErrorReason.INVALID_ARGUMENT,
+                "invalid request field(s): " + ", ".join(v.field for v in violations),
+                violations=tuple(violations),
+            )
+        rendered = self._render(who)
+        if self._inspections is not None:
+            key = TurnKey(who.tenant_id, who.principal_id, turn.conversation_id, turn.turn_id)
+            record = RenderRecord(rendered.etag, rendered.char_count, self._clock())
+            self._inspections.record_render(key, record)
+        return rendered
+
+    def _render(self, who: Identity) -> Rendered:
         memory = self._store.read(who.tenant_id, who.principal_id)
         view = self._view(memory.block)
         if not memory.memory_enabled or not view.text:

@@ -269,3 +269,78 @@ class Erasure:
 
     removed_line_count: int
     deleted_turn_count: int
+    deleted_inspection_count: int = 0
+    """Inspector records (renders and searches recorded per turn) that were removed."""
+
+
+# --- The inspector and the export ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnRef:
+    """A turn named by the caller (the contract's TurnReference), within the caller's scope."""
+
+    conversation_id: str
+    turn_id: str
+
+
+@dataclass(frozen=True)
+class InspectedHit:
+    """A hit as the inspector keeps it: ids, time, ranks and score, never its text (text is
+    read from the index when the record is shown, so a deleted conversation's text is gone
+    with its chunks)."""
+
+    conversation_id: str
+    turn_id: str
+    chunk_index: int
+    turn_time: datetime
+    score: float
+    keyword_rank: int
+    semantic_rank: int
+
+
+@dataclass(frozen=True)
+class RenderRecord:
+    """One render made for a turn: the block version (etag, count) and when."""
+
+    etag: str
+    char_count: int
+    record_time: datetime
+
+
+@dataclass(frozen=True)
+class SearchRecord:
+    """One search made for a turn: the sanitized query, when, and its hits best first."""
+
+    query: str
+    record_time: datetime
+    hits: tuple[InspectedHit, ...]
+
+
+@dataclass(frozen=True)
+class TurnRecords:
+    """Everything recorded for one turn, oldest first."""
+
+    renders: tuple[RenderRecord, ...] = ()
+    searches: tuple[SearchRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class StoredTurn:
+    """An accepted turn as the turn store holds it, for the export. `text` is None once the
+    turn is indexed (its text then lives in the chunk index)."""
+
+    row_id: int
+    conversation_id: str
+    turn_id: str
+    turn_time: datetime
+    text: str | None
+    indexed: bool
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    """A deleted conversation of a principal."""
+
+    conversation_id: str
+    delete_time: datetime

@@ -20,9 +20,14 @@ from server.domain.model import (
     NewAuditEvent,
     NewTurn,
     PrincipalMemory,
+    RenderRecord,
     RetrievalResult,
+    SearchRecord,
     SearchScope,
+    StoredTurn,
+    Tombstone,
     TurnKey,
+    TurnRecords,
 )
 
 Clock = Callable[[], datetime]
@@ -90,6 +95,14 @@ class ChunkIndex(Protocol):
 
     def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
         """Number of chunks stored for a principal, or for one of its conversations."""
+        ...
+
+    def turn_chunks(
+        self, tenant_id: str, principal_id: str, turns: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[str, ...]]:
+        """The stored chunk texts, in chunk order, of each (conversation id, turn id) of the
+        principal that has chunks; turns without any are left out. For the inspector (hit
+        text read live) and the export."""
         ...
 
     def check(self) -> None:
@@ -175,6 +188,20 @@ class TurnStore(Protocol):
         with (no exception) are marked purged."""
         ...
 
+    def list_turns(
+        self, tenant_id: str, principal_id: str, after_row_id: int, limit: int
+    ) -> list[StoredTurn]:
+        """Up to `limit` of the principal's accepted turns with a row id above `after_row_id`,
+        in row id order (for the export)."""
+        ...
+
+    def list_tombstones(
+        self, tenant_id: str, principal_id: str, offset: int, limit: int
+    ) -> list[Tombstone]:
+        """Up to `limit` of the principal's deleted conversations from `offset`, ordered by
+        conversation id (for the export)."""
+        ...
+
     def erase_principal(
         self, tenant_id: str, principal_id: str, event: NewAuditEvent, purge: Callable[[], None]
     ) -> Erasure:
@@ -183,4 +210,27 @@ class TurnStore(Protocol):
         transaction that also calls `purge` (removing the principal's chunks) before it
         commits, while no turn of the principal can be accepted or processed; if `purge`
         raises, nothing is erased."""
+        ...
+
+
+class InspectionStore(Protocol):
+    """What the inspector recorded per turn (renders and searches), in the turn store's
+    database. Records of a deleted conversation are removed in the transaction that deletes
+    it, and a principal's with its erasure (TurnStore)."""
+
+    def record_render(self, key: TurnKey, record: RenderRecord) -> None:
+        """Append a render record for the turn, unless its conversation is deleted (checked
+        in the same statement)."""
+        ...
+
+    def record_search(self, key: TurnKey, record: SearchRecord) -> None:
+        """Append a search record for the turn, unless its conversation is deleted."""
+        ...
+
+    def read(self, key: TurnKey) -> TurnRecords:
+        """Everything recorded for the turn, oldest first."""
+        ...
+
+    def purge(self, before: datetime, limit: int) -> int:
+        """Remove up to `limit` records (of any tenant) made before `before`; return how many."""
         ...

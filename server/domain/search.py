@@ -33,15 +33,26 @@ from server.domain.model import (
     Erasure,
     Identity,
     IndexedChunk,
+    InspectedHit,
     NewAuditEvent,
     NewTurn,
     RetrievalResult,
     SearchHit,
+    SearchRecord,
     SearchScope,
     TurnKey,
+    TurnRef,
     Writer,
 )
-from server.domain.ports import ChunkIndex, Clock, Embedder, MemoryStore, TurnBatch, TurnStore
+from server.domain.ports import (
+    ChunkIndex,
+    Clock,
+    Embedder,
+    InspectionStore,
+    MemoryStore,
+    TurnBatch,
+    TurnStore,
+)
 from server.domain.secrets import SecretDetector, redact_secrets
 from server.domain.text import sanitize
 
@@ -176,6 +187,12 @@ class OneSideIndex:
     def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
         """Passed through."""
         return self._index.count(tenant_id, principal_id, conversation_id)
+
+    def turn_chunks(
+        self, tenant_id: str, principal_id: str, turns: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[str, ...]]:
+        """Passed through."""
+        return self._index.turn_chunks(tenant_id, principal_id, turns)
 
     def check(self) -> None:
         """Passed through."""
@@ -313,9 +330,13 @@ class ConversationSearch:
         *,
         wake_worker: Callable[[], None] = lambda: None,
         secrets: SecretDetector | None = None,
+        inspections: InspectionStore | None = None,
     ) -> None:
         """`secrets` finds the credentials replaced in every turn before it is stored
-        (server/domain/secrets.py); None replaces nothing (unit tests of other rules)."""
+        (server/domain/secrets.py); None replaces nothing (unit tests of other rules).
+        `inspections` records the searches made for a named turn (server/domain/inspection.py);
+        None records nothing."""
+        self._inspections = inspections
         self._turns = turns
         self._index = index
         self._embedder = embedder
@@ -376,10 +397,38 @@ class ConversationSearch:
             self._wake_worker()
         return IndexTurnResult(result, len(chunked.chunks), chunked.truncated, len(indexed_text))
 
-    def search(self, who: Identity, query: str, page_size: int) -> list[SearchHit]:
-        """The caller's best-matching turns for `query`, best first (see `fuse`)."""
+    def search(
+        self, who: Identity, query: str, page_size: int, turn: TurnRef | None = None
+    ) -> list[SearchHit]:
+        """The caller's best-matching turns for `query`, best first (see `fuse`). With `turn`,
+        the query and the hits' ids and ranks are recorded for that turn (the inspector)."""
+        hits = self._search(who, query, page_size, turn)
+        if turn is not None and self._inspections is not None:
+            key = TurnKey(who.tenant_id, who.principal_id, turn.conversation_id, turn.turn_id)
+            record = SearchRecord(
+                query=sanitize(query),
+                record_time=self._clock(),
+                hits=tuple(
+                    InspectedHit(
+                        conversation_id=h.conversation_id,
+                        turn_id=h.turn_id,
+                        chunk_index=h.chunk_index,
+                        turn_time=h.turn_time,
+                        score=h.score,
+                        keyword_rank=h.keyword_rank,
+                        semantic_rank=h.semantic_rank,
+                    )
+                    for h in hits
+                ),
+            )
+            self._inspections.record_search(key, record)
+        return hits
+
+    def _search(
+        self, who: Identity, query: str, page_size: int, turn: TurnRef | None
+    ) -> list[SearchHit]:
         text = sanitize(query)
-        violations = []
+        violations = [] if turn is None else turn_reference_violations(turn)
         if not text:
             violations.append(FieldViolation("query", "must not be empty"))
         elif len(text) > QUERY_MAX_CHARS:
@@ -450,6 +499,14 @@ class ConversationSearch:
             event,
             purge=lambda: self._index.delete_principal(who.tenant_id, target),
         )
+
+
+def turn_reference_violations(turn: TurnRef) -> list[FieldViolation]:
+    """A turn reference's ids follow the rule of IndexTurn's ids (fields `turn.*`)."""
+    return [
+        *_id_violations("turn.conversation_id", turn.conversation_id),
+        *_id_violations("turn.turn_id", turn.turn_id),
+    ]
 
 
 def _id_violations(field: str, value: str) -> list[FieldViolation]:

@@ -12,8 +12,10 @@ from memoria.v1 import conversation_search_service_pb2 as search_pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from server.domain.audit import AuditRequest
 from server.domain.errors import FieldViolation, invalid
+from server.domain.export import ExportedTurn, ExportItem
+from server.domain.inspection import Inspection
 from server.domain.memory import BlockView, SettingsView
-from server.domain.model import AuditAction, AuditEvent, SearchHit, Writer
+from server.domain.model import AuditAction, AuditEvent, SearchHit, Tombstone, TurnRef, Writer
 from server.domain.search import IndexTurnResult, TurnOutcome
 
 _WRITERS: dict[block_pb.Writer.ValueType, Writer] = {
@@ -147,4 +149,65 @@ def search_hit_message(hit: SearchHit) -> search_pb.SearchHit:
         score=hit.score,
         keyword_rank=hit.keyword_rank,
         semantic_rank=hit.semantic_rank,
+    )
+
+
+def turn_ref_of(msg: Any) -> TurnRef | None:
+    """The request's optional `turn` field; None when unset."""
+    if not msg.HasField("turn"):
+        return None
+    return TurnRef(msg.turn.conversation_id, msg.turn.turn_id)
+
+
+def inspection_message(view: Inspection) -> search_pb.TurnInspection:
+    return search_pb.TurnInspection(
+        turn=block_pb.TurnReference(
+            conversation_id=view.turn.conversation_id, turn_id=view.turn.turn_id
+        ),
+        renders=[
+            search_pb.RenderRecord(
+                etag=r.etag,
+                char_count=r.char_count,
+                render_time=timestamp(r.render_time),
+                block_changed=r.block_changed,
+            )
+            for r in view.renders
+        ],
+        searches=[
+            search_pb.SearchRecord(
+                query=s.query,
+                search_time=timestamp(s.search_time),
+                hits=[search_hit_message(h) for h in s.hits],
+                hit_count=s.hit_count,
+            )
+            for s in view.searches
+        ],
+        current_etag=view.current_etag,
+        block_changed=view.block_changed,
+    )
+
+
+def export_record_message(item: ExportItem) -> search_pb.ExportRecord:
+    """One export record: exactly one field of the oneof set."""
+    if isinstance(item, SettingsView):
+        return search_pb.ExportRecord(settings=settings_message(item))
+    if isinstance(item, BlockView):
+        return search_pb.ExportRecord(memory_block=block_message(item))
+    if isinstance(item, AuditEvent):
+        return search_pb.ExportRecord(audit_event=audit_event_message(item))
+    if isinstance(item, ExportedTurn):
+        return search_pb.ExportRecord(
+            turn=search_pb.ExportedTurn(
+                conversation_id=item.conversation_id,
+                turn_id=item.turn_id,
+                turn_time=timestamp(item.turn_time),
+                text=item.text,
+                indexed=item.indexed,
+            )
+        )
+    tombstone: Tombstone = item
+    return search_pb.ExportRecord(
+        deleted_conversation=search_pb.DeletedConversation(
+            conversation_id=tombstone.conversation_id, delete_time=timestamp(tombstone.delete_time)
+        )
     )

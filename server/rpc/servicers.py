@@ -15,15 +15,20 @@ from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
 from server.domain.audit import AuditLog
+from server.domain.export import Exporter
+from server.domain.inspection import TurnInspector
 from server.domain.memory import MemoryBlocks
 from server.domain.search import ConversationSearch
 from server.rpc.convert import (
     audit_event_message,
     audit_request,
     block_message,
+    export_record_message,
     index_turn_response,
+    inspection_message,
     search_hit_message,
     settings_message,
+    turn_ref_of,
     turn_time_of,
     writer_of,
 )
@@ -45,7 +50,7 @@ class MemoryBlockServicer(pb_grpc.MemoryBlockServiceServicer):
     def RenderMemoryBlock(
         self, request: pb.RenderMemoryBlockRequest, context: grpc.ServicerContext
     ) -> pb.RenderMemoryBlockResponse:
-        r = self._blocks.render(current_identity())
+        r = self._blocks.render(current_identity(), turn_ref_of(request))
         return pb.RenderMemoryBlockResponse(
             prompt_section=r.prompt_section,
             etag=r.etag,
@@ -110,8 +115,12 @@ class AuditServicer(audit_grpc.AuditServiceServicer):
 class ConversationSearchServicer(search_grpc.ConversationSearchServiceServicer):
     """memoria.v1.ConversationSearchService."""
 
-    def __init__(self, search: ConversationSearch):
+    def __init__(
+        self, search: ConversationSearch, inspector: TurnInspector, exporter: Exporter
+    ) -> None:
         self._search = search
+        self._inspector = inspector
+        self._exporter = exporter
 
     def IndexTurn(
         self, request: search_pb.IndexTurnRequest, context: grpc.ServicerContext
@@ -130,7 +139,9 @@ class ConversationSearchServicer(search_grpc.ConversationSearchServiceServicer):
     def SearchConversations(
         self, request: search_pb.SearchConversationsRequest, context: grpc.ServicerContext
     ) -> search_pb.SearchConversationsResponse:
-        hits = self._search.search(current_identity(), request.query, request.page_size)
+        hits = self._search.search(
+            current_identity(), request.query, request.page_size, turn_ref_of(request)
+        )
         return search_pb.SearchConversationsResponse(hits=[search_hit_message(h) for h in hits])
 
     def DeleteConversation(
@@ -146,4 +157,20 @@ class ConversationSearchServicer(search_grpc.ConversationSearchServiceServicer):
         return search_pb.ErasePrincipalDataResponse(
             removed_line_count=erased.removed_line_count,
             deleted_turn_count=erased.deleted_turn_count,
+            deleted_inspection_count=erased.deleted_inspection_count,
+        )
+
+    def GetTurnInspection(
+        self, request: search_pb.GetTurnInspectionRequest, context: grpc.ServicerContext
+    ) -> search_pb.GetTurnInspectionResponse:
+        view = self._inspector.inspect(current_identity(), turn_ref_of(request))
+        return search_pb.GetTurnInspectionResponse(inspection=inspection_message(view))
+
+    def ExportPrincipalData(
+        self, request: search_pb.ExportPrincipalDataRequest, context: grpc.ServicerContext
+    ) -> search_pb.ExportPrincipalDataResponse:
+        page = self._exporter.page(current_identity(), request.page_size, request.page_token)
+        return search_pb.ExportPrincipalDataResponse(
+            records=[export_record_message(r) for r in page.records],
+            next_page_token=page.next_page_token,
         )

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from server.domain.chunking import MAX_CHUNKS
 from server.domain.model import ChunkHit, IndexedChunk, SearchScope, TurnKey
 
 DENSE_VECTOR = "dense"
@@ -313,3 +314,29 @@ class ModelRecord:
             "vectors would silently ruin search: configure the same model, or index into a new "
             "collection or data directory."
         )
+
+
+def turn_point_ids(
+    tenant_id: str, principal_id: str, turns: Sequence[tuple[str, str]]
+) -> list[str]:
+    """Every point id the chunks of these turns can have (chunk indexes 0..MAX_CHUNKS-1), so
+    a turn's chunks are read by id, without a scroll over the principal."""
+    return [
+        point_id(TurnKey(tenant_id, principal_id, conversation, turn), i)
+        for conversation, turn in turns
+        for i in range(MAX_CHUNKS)
+    ]
+
+
+def chunks_by_turn(
+    tenant_id: str, principal_id: str, payloads: Iterable[Mapping[str, Any]]
+) -> dict[tuple[str, str], tuple[str, ...]]:
+    """The retrieved chunks' texts grouped by (conversation, turn), in chunk order. Payloads of
+    another owner are ignored (ids derive from the owner, so there are none; kept as a guard)."""
+    found: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    for payload in payloads:
+        if payload.get(TENANT_ID) != tenant_id or payload.get(PRINCIPAL_ID) != principal_id:
+            continue
+        turn = (str(payload[CONVERSATION_ID]), str(payload[TURN_ID]))
+        found.setdefault(turn, []).append((int(payload[CHUNK_INDEX]), str(payload[TEXT])))
+    return {turn: tuple(text for _, text in sorted(chunks)) for turn, chunks in found.items()}

@@ -90,11 +90,13 @@ from server.storage.chunk_index import (
     check_chunks,
     chunk_hit,
     chunk_payload,
+    chunks_by_turn,
     first_per_turn,
     owner_filter,
     point_id,
     scope_filter,
     stale_chunks_filter,
+    turn_point_ids,
 )
 
 SHARD_DIR = "shard"
@@ -338,6 +340,16 @@ class QdrantEdgeChunkIndex:
         """Exact number of chunks of the principal, or of one of its conversations."""
         spec = owner_filter(tenant_id, principal_id, conversation_id)
         return self._shard.count(CountRequest(exact=True, filter=_filter(spec)))
+
+    def turn_chunks(
+        self, tenant_id: str, principal_id: str, turns: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[str, ...]]:
+        """The turns' chunk texts, read by point id in one retrieve."""
+        ids: list[uuid.UUID | str | int] = list(turn_point_ids(tenant_id, principal_id, turns))
+        if not ids:
+            return {}
+        records = self._shard.retrieve(ids, True, False)
+        return chunks_by_turn(tenant_id, principal_id, (dict(r.payload or {}) for r in records))
 
     def check(self) -> None:
         """Return if the shard answers (a metadata read of a few microseconds), else raise:

@@ -92,10 +92,12 @@ from server.storage.chunk_index import (
     check_chunks,
     chunk_hit,
     chunk_payload,
+    chunks_by_turn,
     owner_filter,
     point_id,
     scope_filter,
     stale_chunks_filter,
+    turn_point_ids,
 )
 
 log = logging.getLogger(__name__)
@@ -387,6 +389,19 @@ class QdrantServerChunkIndex:
             return self._client.count(
                 self._collection, count_filter=_filter(spec), exact=True
             ).count
+
+    def turn_chunks(
+        self, tenant_id: str, principal_id: str, turns: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[str, ...]]:
+        """The turns' chunk texts, read by point id in one retrieve."""
+        ids = turn_point_ids(tenant_id, principal_id, turns)
+        if not ids:
+            return {}
+        with self._lock, _unavailable_as_domain_error():
+            records = self._client.retrieve(
+                self._collection, ids=list(ids), with_payload=True, with_vectors=False
+            )
+        return chunks_by_turn(tenant_id, principal_id, (dict(r.payload or {}) for r in records))
 
     def check(self) -> None:
         """Return if the server answers and still has the collection, else raise (for the

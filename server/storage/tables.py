@@ -122,3 +122,31 @@ conversation_tombstones = Table(
     ),
 )
 """Deleted conversations: filtered out of every search, and refused for new turns."""
+
+turn_inspections = Table(
+    "turn_inspections",
+    metadata,
+    Column("record_id", EVENT_ID, primary_key=True, autoincrement=True),
+    Column("tenant_id", ID, nullable=False),
+    Column("principal_id", ID, nullable=False),
+    Column("conversation_id", ID, nullable=False),
+    Column("turn_id", ID, nullable=False),
+    Column("kind", String(8), nullable=False),
+    Column("record_time", DateTime(timezone=True), nullable=False),
+    Column("etag", String(64), nullable=False, server_default=""),
+    Column("char_count", Integer, nullable=False, server_default="0"),
+    Column("query", Text, nullable=True),
+    Column("hits", JSON, nullable=True),
+    Index(
+        "turn_inspections_turn_idx",
+        "tenant_id",
+        "principal_id",
+        "conversation_id",
+        "turn_id",
+        "record_id",
+    ),
+    Index("turn_inspections_time_idx", "record_time"),
+)
+"""The inspector's records: per referenced turn, each render (etag, count) and each search
+(query, hits as ids, ranks and scores; never their text). Removed with the conversation, with
+erasure, and after the retention."""

@@ -33,13 +33,15 @@ from server.domain.model import (
     Erasure,
     NewAuditEvent,
     NewTurn,
+    StoredTurn,
+    Tombstone,
     TurnKey,
 )
 from server.domain.text import lines_of, sanitize
 from server.storage.cache import ExactCache
 from server.storage.engine import WRITE_OPTION
 from server.storage.sql import UNAVAILABLE_ERRORS, SqlMemoryStore, as_utc, store_unavailable
-from server.storage.tables import conversation_tombstones, conversation_turns
+from server.storage.tables import conversation_tombstones, conversation_turns, turn_inspections
 
 _t, _z = conversation_turns, conversation_tombstones
 PENDING, INDEXED, FAILED = "pending", "indexed", "failed"
@@ -238,6 +240,14 @@ class SqlTurnStore:
                     _t.c.conversation_id == conversation_id,
                 )
             ).rowcount
+            # The inspector's records of the conversation go with it (DESIGN 3, issue 12).
+            conn.execute(
+                delete(turn_inspections).where(
+                    turn_inspections.c.tenant_id == tenant_id,
+                    turn_inspections.c.principal_id == principal_id,
+                    turn_inspections.c.conversation_id == conversation_id,
+                )
+            )
             conn.execute(
                 _z.insert().values(
                     tenant_id=tenant_id,
@@ -296,6 +306,10 @@ class SqlTurnStore:
             conn.execute(
                 delete(_z).where(_z.c.tenant_id == tenant_id, _z.c.principal_id == principal_id)
             )
+            _ti = turn_inspections
+            inspections = conn.execute(
+                delete(_ti).where(_ti.c.tenant_id == tenant_id, _ti.c.principal_id == principal_id)
+            ).rowcount
             tx.delete_block(principal_id)
             tx.delete_settings(principal_id)
             tx.redact_audit_lines(principal_id)
@@ -303,7 +317,55 @@ class SqlTurnStore:
             purge()
         self._forget(tenant_id, principal_id)
         self._changed_deletions(tenant_id, principal_id)
-        return Erasure(removed_line_count=lines, deleted_turn_count=turns)
+        return Erasure(
+            removed_line_count=lines,
+            deleted_turn_count=turns,
+            deleted_inspection_count=inspections,
+        )
+
+    def list_turns(
+        self, tenant_id: str, principal_id: str, after_row_id: int, limit: int
+    ) -> list[StoredTurn]:
+        """See `TurnStore.list_turns`."""
+        stmt = (
+            select(_t.c.turn_row_id, _t.c.conversation_id, _t.c.turn_id, _t.c.turn_time)
+            .add_columns(_t.c.text, _t.c.status)
+            .where(
+                _t.c.tenant_id == tenant_id,
+                _t.c.principal_id == principal_id,
+                _t.c.turn_row_id > after_row_id,
+            )
+            .order_by(_t.c.turn_row_id)
+            .limit(limit)
+        )
+        with self._memory.transaction(tenant_id) as tx:
+            rows = tx.connection.execute(stmt).all()
+        return [
+            StoredTurn(
+                row_id=row_id,
+                conversation_id=conversation,
+                turn_id=turn,
+                turn_time=as_utc(when),
+                text=None if status == INDEXED else body,
+                indexed=status == INDEXED,
+            )
+            for row_id, conversation, turn, when, body, status in rows
+        ]
+
+    def list_tombstones(
+        self, tenant_id: str, principal_id: str, offset: int, limit: int
+    ) -> list[Tombstone]:
+        """See `TurnStore.list_tombstones`."""
+        stmt = (
+            select(_z.c.conversation_id, _z.c.delete_time)
+            .where(_z.c.tenant_id == tenant_id, _z.c.principal_id == principal_id)
+            .order_by(_z.c.conversation_id)
+            .offset(offset)
+            .limit(limit)
+        )
+        with self._memory.transaction(tenant_id) as tx:
+            rows = tx.connection.execute(stmt).all()
+        return [Tombstone(conversation, as_utc(when)) for conversation, when in rows]
 
 
 class _Batch:

@@ -629,8 +629,11 @@ type ErasePrincipalDataResponse struct {
 	RemovedLineCount int32 `protobuf:"varint,1,opt,name=removed_line_count,json=removedLineCount,proto3" json:"removed_line_count,omitempty"`
 	// Number of turns (indexed or pending) that were removed.
 	DeletedTurnCount int32 `protobuf:"varint,2,opt,name=deleted_turn_count,json=deletedTurnCount,proto3" json:"deleted_turn_count,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Number of inspector records (renders and searches recorded for the
+	// principal's turns, see GetTurnInspection) that were removed.
+	DeletedInspectionCount int32 `protobuf:"varint,3,opt,name=deleted_inspection_count,json=deletedInspectionCount,proto3" json:"deleted_inspection_count,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *ErasePrincipalDataResponse) Reset() {
@@ -673,6 +676,13 @@ func (x *ErasePrincipalDataResponse) GetRemovedLineCount() int32 {
 func (x *ErasePrincipalDataResponse) GetDeletedTurnCount() int32 {
 	if x != nil {
 		return x.DeletedTurnCount
+	}
+	return 0
+}
+
+func (x *ErasePrincipalDataResponse) GetDeletedInspectionCount() int32 {
+	if x != nil {
+		return x.DeletedInspectionCount
 	}
 	return 0
 }
@@ -1437,10 +1447,11 @@ const file_memoria_v1_conversation_search_service_proto_rawDesc = "" +
 	"\x1aDeleteConversationResponse\x12,\n" +
 	"\x12deleted_turn_count\x18\x01 \x01(\x05R\x10deletedTurnCount\">\n" +
 	"\x19ErasePrincipalDataRequest\x12!\n" +
-	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\"x\n" +
+	"\fprincipal_id\x18\x01 \x01(\tR\vprincipalId\"\xb2\x01\n" +
 	"\x1aErasePrincipalDataResponse\x12,\n" +
 	"\x12removed_line_count\x18\x01 \x01(\x05R\x10removedLineCount\x12,\n" +
-	"\x12deleted_turn_count\x18\x02 \x01(\x05R\x10deletedTurnCount\"I\n" +
+	"\x12deleted_turn_count\x18\x02 \x01(\x05R\x10deletedTurnCount\x128\n" +
+	"\x18deleted_inspection_count\x18\x03 \x01(\x05R\x16deletedInspectionCount\"I\n" +
 	"\x18GetTurnInspectionRequest\x12-\n" +
 	"\x04turn\x18\x01 \x01(\v2\x19.memoria.v1.TurnReferenceR\x04turn\"W\n" +
 	"\x19GetTurnInspectionResponse\x12:\n" +

@@ -27,7 +27,7 @@ from memoria.v1 import audit_service_pb2 as memoria_dot_v1_dot_audit__service__p
 from memoria.v1 import memory_block_pb2 as memoria_dot_v1_dot_memory__block__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,memoria/v1/conversation_search_service.proto\x12\nmemoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ememoria/v1/audit_service.proto\x1a\x1dmemoria/v1/memory_block.proto\"\x9b\x01\n\x10IndexTurnRequest\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x10\n\x08question\x18\x03 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x04 \x01(\t\x12-\n\tturn_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04wait\x18\x06 \x01(\x08\"\x86\x01\n\x11IndexTurnResponse\x12-\n\x07outcome\x18\x01 \x01(\x0e\x32\x1c.memoria.v1.IndexTurnOutcome\x12\x13\n\x0b\x63hunk_count\x18\x02 \x01(\x05\x12\x11\n\ttruncated\x18\x03 \x01(\x08\x12\x1a\n\x12indexed_char_count\x18\x04 \x01(\x05\"g\n\x1aSearchConversationsRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\'\n\x04turn\x18\x03 \x01(\x0b\x32\x19.memoria.v1.TurnReference\"B\n\x1bSearchConversationsResponse\x12#\n\x04hits\x18\x01 \x03(\x0b\x32\x15.memoria.v1.SearchHit\"\xc3\x01\n\tSearchHit\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63hunk_index\x18\x03 \x01(\x05\x12\x0c\n\x04text\x18\x04 \x01(\t\x12-\n\tturn_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05score\x18\x06 \x01(\x01\x12\x14\n\x0ckeyword_rank\x18\x07 \x01(\x05\x12\x15\n\rsemantic_rank\x18\x08 \x01(\x05\"4\n\x19\x44\x65leteConversationRequest\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\"8\n\x1a\x44\x65leteConversationResponse\x12\x1a\n\x12\x64\x65leted_turn_count\x18\x01 \x01(\x05\"1\n\x19\x45rasePrincipalDataRequest\x12\x14\n\x0cprincipal_id\x18\x01 \x01(\t\"T\n\x1a\x45rasePrincipalDataResponse\x12\x1a\n\x12removed_line_count\x18\x01 \x01(\x05\x12\x1a\n\x12\x64\x65leted_turn_count\x18\x02 \x01(\x05\"C\n\x18GetTurnInspectionRequest\x12\'\n\x04turn\x18\x01 \x01(\x0b\x32\x19.memoria.v1.TurnReference\"K\n\x19GetTurnInspectionResponse\x12.\n\ninspection\x18\x01 \x01(\x0b\x32\x1a.memoria.v1.TurnInspection\"\xbd\x01\n\x0eTurnInspection\x12\'\n\x04turn\x18\x01 \x01(\x0b\x32\x19.memoria.v1.TurnReference\x12)\n\x07renders\x18\x02 \x03(\x0b\x32\x18.memoria.v1.RenderRecord\x12*\n\x08searches\x18\x03 \x03(\x0b\x32\x18.memoria.v1.SearchRecord\x12\x14\n\x0c\x63urrent_etag\x18\x04 \x01(\t\x12\x15\n\rblock_changed\x18\x05 \x01(\x08\"x\n\x0cRenderRecord\x12\x0c\n\x04\x65tag\x18\x01 \x01(\t\x12\x12\n\nchar_count\x18\x02 \x01(\x05\x12/\n\x0brender_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rblock_changed\x18\x04 \x01(\x08\"\x86\x01\n\x0cSearchRecord\x12\r\n\x05query\x18\x01 \x01(\t\x12/\n\x0bsearch_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12#\n\x04hits\x18\x03 \x03(\x0b\x32\x15.memoria.v1.SearchHit\x12\x11\n\thit_count\x18\x04 \x01(\x05\"C\n\x1a\x45xportPrincipalDataRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"a\n\x1b\x45xportPrincipalDataResponse\x12)\n\x07records\x18\x01 \x03(\x0b\x32\x18.memoria.v1.ExportRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x93\x02\n\x0c\x45xportRecord\x12.\n\x08settings\x18\x01 \x01(\x0b\x32\x1a.memoria.v1.MemorySettingsH\x00\x12/\n\x0cmemory_block\x18\x02 \x01(\x0b\x32\x17.memoria.v1.MemoryBlockH\x00\x12-\n\x0b\x61udit_event\x18\x03 \x01(\x0b\x32\x16.memoria.v1.AuditEventH\x00\x12(\n\x04turn\x18\x04 \x01(\x0b\x32\x18.memoria.v1.ExportedTurnH\x00\x12?\n\x14\x64\x65leted_conversation\x18\x05 \x01(\x0b\x32\x1f.memoria.v1.DeletedConversationH\x00\x42\x08\n\x06record\"\x86\x01\n\x0c\x45xportedTurn\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12-\n\tturn_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0f\n\x07indexed\x18\x05 \x01(\x08\"_\n\x13\x44\x65letedConversation\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12/\n\x0b\x64\x65lete_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\xa7\x01\n\x10IndexTurnOutcome\x12\"\n\x1eINDEX_TURN_OUTCOME_UNSPECIFIED\x10\x00\x12\x1f\n\x1bINDEX_TURN_OUTCOME_ACCEPTED\x10\x01\x12\x1e\n\x1aINDEX_TURN_OUTCOME_INDEXED\x10\x02\x12.\n*INDEX_TURN_OUTCOME_SKIPPED_MEMORY_DISABLED\x10\x03\x32\xff\x04\n\x19\x43onversationSearchService\x12M\n\tIndexTurn\x12\x1c.memoria.v1.IndexTurnRequest\x1a\x1d.memoria.v1.IndexTurnResponse\"\x03\x90\x02\x02\x12k\n\x13SearchConversations\x12&.memoria.v1.SearchConversationsRequest\x1a\'.memoria.v1.SearchConversationsResponse\"\x03\x90\x02\x01\x12h\n\x12\x44\x65leteConversation\x12%.memoria.v1.DeleteConversationRequest\x1a&.memoria.v1.DeleteConversationResponse\"\x03\x90\x02\x02\x12h\n\x12\x45rasePrincipalData\x12%.memoria.v1.ErasePrincipalDataRequest\x1a&.memoria.v1.ErasePrincipalDataResponse\"\x03\x90\x02\x02\x12\x65\n\x11GetTurnInspection\x12$.memoria.v1.GetTurnInspectionRequest\x1a%.memoria.v1.GetTurnInspectionResponse\"\x03\x90\x02\x01\x12k\n\x13\x45xportPrincipalData\x12&.memoria.v1.ExportPrincipalDataRequest\x1a\'.memoria.v1.ExportPrincipalDataResponse\"\x03\x90\x02\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,memoria/v1/conversation_search_service.proto\x12\nmemoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ememoria/v1/audit_service.proto\x1a\x1dmemoria/v1/memory_block.proto\"\x9b\x01\n\x10IndexTurnRequest\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x10\n\x08question\x18\x03 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x04 \x01(\t\x12-\n\tturn_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04wait\x18\x06 \x01(\x08\"\x86\x01\n\x11IndexTurnResponse\x12-\n\x07outcome\x18\x01 \x01(\x0e\x32\x1c.memoria.v1.IndexTurnOutcome\x12\x13\n\x0b\x63hunk_count\x18\x02 \x01(\x05\x12\x11\n\ttruncated\x18\x03 \x01(\x08\x12\x1a\n\x12indexed_char_count\x18\x04 \x01(\x05\"g\n\x1aSearchConversationsRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\'\n\x04turn\x18\x03 \x01(\x0b\x32\x19.memoria.v1.TurnReference\"B\n\x1bSearchConversationsResponse\x12#\n\x04hits\x18\x01 \x03(\x0b\x32\x15.memoria.v1.SearchHit\"\xc3\x01\n\tSearchHit\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63hunk_index\x18\x03 \x01(\x05\x12\x0c\n\x04text\x18\x04 \x01(\t\x12-\n\tturn_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05score\x18\x06 \x01(\x01\x12\x14\n\x0ckeyword_rank\x18\x07 \x01(\x05\x12\x15\n\rsemantic_rank\x18\x08 \x01(\x05\"4\n\x19\x44\x65leteConversationRequest\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\"8\n\x1a\x44\x65leteConversationResponse\x12\x1a\n\x12\x64\x65leted_turn_count\x18\x01 \x01(\x05\"1\n\x19\x45rasePrincipalDataRequest\x12\x14\n\x0cprincipal_id\x18\x01 \x01(\t\"v\n\x1a\x45rasePrincipalDataResponse\x12\x1a\n\x12removed_line_count\x18\x01 \x01(\x05\x12\x1a\n\x12\x64\x65leted_turn_count\x18\x02 \x01(\x05\x12 \n\x18\x64\x65leted_inspection_count\x18\x03 \x01(\x05\"C\n\x18GetTurnInspectionRequest\x12\'\n\x04turn\x18\x01 \x01(\x0b\x32\x19.memoria.v1.TurnReference\"K\n\x19GetTurnInspectionResponse\x12.\n\ninspection\x18\x01 \x01(\x0b\x32\x1a.memoria.v1.TurnInspection\"\xbd\x01\n\x0eTurnInspection\x12\'\n\x04turn\x18\x01 \x01(\x0b\x32\x19.memoria.v1.TurnReference\x12)\n\x07renders\x18\x02 \x03(\x0b\x32\x18.memoria.v1.RenderRecord\x12*\n\x08searches\x18\x03 \x03(\x0b\x32\x18.memoria.v1.SearchRecord\x12\x14\n\x0c\x63urrent_etag\x18\x04 \x01(\t\x12\x15\n\rblock_changed\x18\x05 \x01(\x08\"x\n\x0cRenderRecord\x12\x0c\n\x04\x65tag\x18\x01 \x01(\t\x12\x12\n\nchar_count\x18\x02 \x01(\x05\x12/\n\x0brender_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rblock_changed\x18\x04 \x01(\x08\"\x86\x01\n\x0cSearchRecord\x12\r\n\x05query\x18\x01 \x01(\t\x12/\n\x0bsearch_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12#\n\x04hits\x18\x03 \x03(\x0b\x32\x15.memoria.v1.SearchHit\x12\x11\n\thit_count\x18\x04 \x01(\x05\"C\n\x1a\x45xportPrincipalDataRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"a\n\x1b\x45xportPrincipalDataResponse\x12)\n\x07records\x18\x01 \x03(\x0b\x32\x18.memoria.v1.ExportRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x93\x02\n\x0c\x45xportRecord\x12.\n\x08settings\x18\x01 \x01(\x0b\x32\x1a.memoria.v1.MemorySettingsH\x00\x12/\n\x0cmemory_block\x18\x02 \x01(\x0b\x32\x17.memoria.v1.MemoryBlockH\x00\x12-\n\x0b\x61udit_event\x18\x03 \x01(\x0b\x32\x16.memoria.v1.AuditEventH\x00\x12(\n\x04turn\x18\x04 \x01(\x0b\x32\x18.memoria.v1.ExportedTurnH\x00\x12?\n\x14\x64\x65leted_conversation\x18\x05 \x01(\x0b\x32\x1f.memoria.v1.DeletedConversationH\x00\x42\x08\n\x06record\"\x86\x01\n\x0c\x45xportedTurn\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12-\n\tturn_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0f\n\x07indexed\x18\x05 \x01(\x08\"_\n\x13\x44\x65letedConversation\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12/\n\x0b\x64\x65lete_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\xa7\x01\n\x10IndexTurnOutcome\x12\"\n\x1eINDEX_TURN_OUTCOME_UNSPECIFIED\x10\x00\x12\x1f\n\x1bINDEX_TURN_OUTCOME_ACCEPTED\x10\x01\x12\x1e\n\x1aINDEX_TURN_OUTCOME_INDEXED\x10\x02\x12.\n*INDEX_TURN_OUTCOME_SKIPPED_MEMORY_DISABLED\x10\x03\x32\xff\x04\n\x19\x43onversationSearchService\x12M\n\tIndexTurn\x12\x1c.memoria.v1.IndexTurnRequest\x1a\x1d.memoria.v1.IndexTurnResponse\"\x03\x90\x02\x02\x12k\n\x13SearchConversations\x12&.memoria.v1.SearchConversationsRequest\x1a\'.memoria.v1.SearchConversationsResponse\"\x03\x90\x02\x01\x12h\n\x12\x44\x65leteConversation\x12%.memoria.v1.DeleteConversationRequest\x1a&.memoria.v1.DeleteConversationResponse\"\x03\x90\x02\x02\x12h\n\x12\x45rasePrincipalData\x12%.memoria.v1.ErasePrincipalDataRequest\x1a&.memoria.v1.ErasePrincipalDataResponse\"\x03\x90\x02\x02\x12\x65\n\x11GetTurnInspection\x12$.memoria.v1.GetTurnInspectionRequest\x1a%.memoria.v1.GetTurnInspectionResponse\"\x03\x90\x02\x01\x12k\n\x13\x45xportPrincipalData\x12&.memoria.v1.ExportPrincipalDataRequest\x1a\'.memoria.v1.ExportPrincipalDataResponse\"\x03\x90\x02\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,8 +46,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CONVERSATIONSEARCHSERVICE'].methods_by_name['GetTurnInspection']._serialized_options = b'\220\002\001'
   _globals['_CONVERSATIONSEARCHSERVICE'].methods_by_name['ExportPrincipalData']._loaded_options = None
   _globals['_CONVERSATIONSEARCHSERVICE'].methods_by_name['ExportPrincipalData']._serialized_options = b'\220\002\001'
-  _globals['_INDEXTURNOUTCOME']._serialized_start=2349
-  _globals['_INDEXTURNOUTCOME']._serialized_end=2516
+  _globals['_INDEXTURNOUTCOME']._serialized_start=2383
+  _globals['_INDEXTURNOUTCOME']._serialized_end=2550
   _globals['_INDEXTURNREQUEST']._serialized_start=157
   _globals['_INDEXTURNREQUEST']._serialized_end=312
   _globals['_INDEXTURNRESPONSE']._serialized_start=315
@@ -65,27 +65,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ERASEPRINCIPALDATAREQUEST']._serialized_start=934
   _globals['_ERASEPRINCIPALDATAREQUEST']._serialized_end=983
   _globals['_ERASEPRINCIPALDATARESPONSE']._serialized_start=985
-  _globals['_ERASEPRINCIPALDATARESPONSE']._serialized_end=1069
-  _globals['_GETTURNINSPECTIONREQUEST']._serialized_start=1071
-  _globals['_GETTURNINSPECTIONREQUEST']._serialized_end=1138
-  _globals['_GETTURNINSPECTIONRESPONSE']._serialized_start=1140
-  _globals['_GETTURNINSPECTIONRESPONSE']._serialized_end=1215
-  _globals['_TURNINSPECTION']._serialized_start=1218
-  _globals['_TURNINSPECTION']._serialized_end=1407
-  _globals['_RENDERRECORD']._serialized_start=1409
-  _globals['_RENDERRECORD']._serialized_end=1529
-  _globals['_SEARCHRECORD']._serialized_start=1532
-  _globals['_SEARCHRECORD']._serialized_end=1666
-  _globals['_EXPORTPRINCIPALDATAREQUEST']._serialized_start=1668
-  _globals['_EXPORTPRINCIPALDATAREQUEST']._serialized_end=1735
-  _globals['_EXPORTPRINCIPALDATARESPONSE']._serialized_start=1737
-  _globals['_EXPORTPRINCIPALDATARESPONSE']._serialized_end=1834
-  _globals['_EXPORTRECORD']._serialized_start=1837
-  _globals['_EXPORTRECORD']._serialized_end=2112
-  _globals['_EXPORTEDTURN']._serialized_start=2115
-  _globals['_EXPORTEDTURN']._serialized_end=2249
-  _globals['_DELETEDCONVERSATION']._serialized_start=2251
-  _globals['_DELETEDCONVERSATION']._serialized_end=2346
-  _globals['_CONVERSATIONSEARCHSERVICE']._serialized_start=2519
-  _globals['_CONVERSATIONSEARCHSERVICE']._serialized_end=3158
+  _globals['_ERASEPRINCIPALDATARESPONSE']._serialized_end=1103
+  _globals['_GETTURNINSPECTIONREQUEST']._serialized_start=1105
+  _globals['_GETTURNINSPECTIONREQUEST']._serialized_end=1172
+  _globals['_GETTURNINSPECTIONRESPONSE']._serialized_start=1174
+  _globals['_GETTURNINSPECTIONRESPONSE']._serialized_end=1249
+  _globals['_TURNINSPECTION']._serialized_start=1252
+  _globals['_TURNINSPECTION']._serialized_end=1441
+  _globals['_RENDERRECORD']._serialized_start=1443
+  _globals['_RENDERRECORD']._serialized_end=1563
+  _globals['_SEARCHRECORD']._serialized_start=1566
+  _globals['_SEARCHRECORD']._serialized_end=1700
+  _globals['_EXPORTPRINCIPALDATAREQUEST']._serialized_start=1702
+  _globals['_EXPORTPRINCIPALDATAREQUEST']._serialized_end=1769
+  _globals['_EXPORTPRINCIPALDATARESPONSE']._serialized_start=1771
+  _globals['_EXPORTPRINCIPALDATARESPONSE']._serialized_end=1868
+  _globals['_EXPORTRECORD']._serialized_start=1871
+  _globals['_EXPORTRECORD']._serialized_end=2146
+  _globals['_EXPORTEDTURN']._serialized_start=2149
+  _globals['_EXPORTEDTURN']._serialized_end=2283
+  _globals['_DELETEDCONVERSATION']._serialized_start=2285
+  _globals['_DELETEDCONVERSATION']._serialized_end=2380
+  _globals['_CONVERSATIONSEARCHSERVICE']._serialized_start=2553
+  _globals['_CONVERSATIONSEARCHSERVICE']._serialized_end=3192
 # @@protoc_insertion_point(module_scope)

@@ -347,19 +347,25 @@ class ErasePrincipalDataResponse(_message.Message):
 
     REMOVED_LINE_COUNT_FIELD_NUMBER: _builtins.int
     DELETED_TURN_COUNT_FIELD_NUMBER: _builtins.int
+    DELETED_INSPECTION_COUNT_FIELD_NUMBER: _builtins.int
     removed_line_count: _builtins.int
     """Lines of the memory block that were removed; 0 when there was none."""
     deleted_turn_count: _builtins.int
     """Number of turns (indexed or pending) that were removed."""
+    deleted_inspection_count: _builtins.int
+    """Number of inspector records (renders and searches recorded for the
+    principal's turns, see GetTurnInspection) that were removed.
+    """
     def __init__(
         self,
         *,
         removed_line_count: _builtins.int = ...,
         deleted_turn_count: _builtins.int = ...,
+        deleted_inspection_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_turn_count", b"deleted_turn_count", "removed_line_count", b"removed_line_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_inspection_count", b"deleted_inspection_count", "deleted_turn_count", b"deleted_turn_count", "removed_line_count", b"removed_line_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,150 @@
+"""The inspector: what memory a given turn saw, so memory is never opaque (issue 12).
+
+A render or a search may name the turn it is made for (a `TurnRef`); the block operations and
+the search then record, per turn, the block version rendered (etag, count, time) and each
+search's query and hits (ids, ranks, score). This module reads those records back for the
+caller and purges them after the retention.
+
+Rules:
+- Only the caller's own turns: the key is always (caller's tenant, caller's principal, turn).
+- A record keeps no conversation text. A hit's text is read from the chunk index when the
+  inspection is asked for, and a hit whose conversation is deleted (tombstoned, or its
+  chunks already purged) is left out: a deleted conversation's text never comes back here.
+  Records of a deleted conversation are removed with it, and a principal's with its erasure
+  (server/storage/turns.py, in the same transactions).
+- Records are kept for `retention` (30 days by default): older ones are never shown, and a
+  background loop removes them (`purge_once`, run by the index worker).
+- An unknown turn has an empty inspection, not an error (like an absent block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from server.domain.errors import FieldViolation, invalid
+from server.domain.model import Identity, SearchHit, TurnKey, TurnRef
+from server.domain.ports import ChunkIndex, Clock, InspectionStore, MemoryStore, TurnStore
+from server.domain.search import turn_reference_violations
+
+DEFAULT_RETENTION = timedelta(days=30)
+"""How long a turn's records are kept (MEMORIA_INSPECTION_RETENTION_DAYS)."""
+
+
+@dataclass(frozen=True)
+class RenderView:
+    """A render of the block for the turn, and whether that version is still current."""
+
+    etag: str
+    char_count: int
+    render_time: datetime
+    block_changed: bool
+
+
+@dataclass(frozen=True)
+class SearchView:
+    """A search made for the turn: the hits still held (text read now), best first, and how
+    many the search returned in all."""
+
+    query: str
+    search_time: datetime
+    hits: tuple[SearchHit, ...]
+    hit_count: int
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What one turn saw, oldest first, and whether the block has changed since."""
+
+    turn: TurnRef
+    renders: tuple[RenderView, ...]
+    searches: tuple[SearchView, ...]
+    current_etag: str
+    block_changed: bool
+
+
+class TurnInspector:
+    """Reads a turn's records for its principal and purges expired records."""
+
+    def __init__(
+        self,
+        inspections: InspectionStore,
+        memory: MemoryStore,
+        turns: TurnStore,
+        index: ChunkIndex,
+        clock: Clock,
+        *,
+        retention: timedelta = DEFAULT_RETENTION,
+    ) -> None:
+        if retention <= timedelta(0):
+            raise ValueError("retention must be positive")
+        self._inspections = inspections
+        self._memory = memory
+        self._turns = turns
+        self._index = index
+        self._clock = clock
+        self._retention = retention
+
+    @property
+    def retention(self) -> timedelta:
+        return self._retention
+
+    def inspect(self, who: Identity, turn: TurnRef | None) -> Inspection:
+        """The caller's records for `turn` (required), within the retention."""
+        if turn is None:
+            raise invalid(FieldViolation("turn", "is required"))
+        violations = turn_reference_violations(turn)
+        if violations:
+            raise invalid(*violations)
+        key = TurnKey(who.tenant_id, who.principal_id, turn.conversation_id, turn.turn_id)
+        since = self._clock() - self._retention
+        records = self._inspections.read(key)
+        renders = [r for r in records.renders if r.record_time >= since]
+        searches = [s for s in records.searches if s.record_time >= since]
+        block = self._memory.read(who.tenant_id, who.principal_id).block
+        current = block.etag if block is not None else ""
+        deleted = self._turns.deleted_conversations(who.tenant_id, who.principal_id)
+        wanted = sorted(
+            {
+                (h.conversation_id, h.turn_id)
+                for s in searches
+                for h in s.hits
+                if h.conversation_id not in deleted
+            }
+        )
+        chunks = self._index.turn_chunks(who.tenant_id, who.principal_id, wanted) if wanted else {}
+        search_views = []
+        for s in searches:
+            hits = []
+            for h in s.hits:
+                held = chunks.get((h.conversation_id, h.turn_id))
+                if h.conversation_id in deleted or held is None:
+                    continue  # deleted since (or erased): nothing of it is shown
+                text = held[h.chunk_index] if h.chunk_index < len(held) else ""
+                hits.append(
+                    SearchHit(
+                        conversation_id=h.conversation_id,
+                        turn_id=h.turn_id,
+                        chunk_index=h.chunk_index,
+                        text=text,
+                        turn_time=h.turn_time,
+                        score=h.score,
+                        keyword_rank=h.keyword_rank,
+                        semantic_rank=h.semantic_rank,
+                    )
+                )
+            search_views.append(SearchView(s.query, s.record_time, tuple(hits), len(s.hits)))
+        render_views = tuple(
+            RenderView(r.etag, r.char_count, r.record_time, r.etag != current) for r in renders
+        )
+        return Inspection(
+            turn=turn,
+            renders=render_views,
+            searches=tuple(search_views),
+            current_etag=current,
+            block_changed=bool(render_views) and render_views[-1].block_changed,
+        )
+
+    def purge_once(self, limit: int) -> int:
+        """Remove up to `limit` records older than the retention; return how many."""
+        return self._inspections.purge(self._clock() - self._retention, limit)
