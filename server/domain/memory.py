@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from server.domain.errors import ErrorReason, FieldViolation, MemoriaError
+from server.domain.errors import (
+    BlockTooLong,
+    ErrorReason,
+    EtagMismatch,
+    FieldViolation,
+    MemoriaError,
+)
 from server.domain.model import (
     AuditAction,
     Change,
@@ -204,7 +210,7 @@ class MemoryBlocks:
                     ErrorReason.BLOCK_TOO_LONG,
                     f"the block has {count:,} characters, over the limit of {limit:,}; "
                     "nothing was saved. Merge or remove lines and write the whole block again.",
-                    metadata={"char_count": str(count), "char_limit": str(limit)},
+                    details=BlockTooLong(count, limit),
                     violations=(
                         FieldViolation(
                             "text", f"has {count} characters; at most {limit} are allowed"
@@ -352,7 +358,7 @@ def _check_etag(etag: str | None, block: StoredBlock | None) -> None:
             ErrorReason.ETAG_MISMATCH,
             "the block changed since it was read; nothing was saved. Load the current block "
             "and apply the change again, or write without an etag to overwrite it.",
-            metadata={"current_etag": current},
+            details=EtagMismatch(current),
         )
 
 

@@ -5,7 +5,7 @@ placeholders (server/domain/secrets.py), and indexed by a background processor (
 call, when the caller waits for it); its text is split without any LLM into at most
 ten chunks of at most 4,000 characters; each chunk gets a semantic (dense, windowed) and a
 keyword (BM25) vector. A search runs both retrievals over the caller's own chunks, fuses them
-by reciprocal rank fusion and keeps the best chunk per turn. A deleted conversation is out of
+by weighted normalized score fusion (see `fuse`) and keeps the best chunk per turn. A deleted conversation is out of
 every search from the moment its tombstone commits, and a late turn cannot bring it back. An
 erasure removes everything of a principal except the counts in the audit log. With memory
 off, turns are not stored and search finds nothing.
@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from server.domain.chunking import split_text, turn_text
-from server.domain.errors import ErrorReason, FieldViolation, MemoriaError, invalid
+from server.domain.errors import (
+    ConversationDeleted,
+    ErrorReason,
+    FieldViolation,
+    MemoriaError,
+    invalid,
+)
 from server.domain.ids import identity_value_problem
 from server.domain.keywords import KeywordEncoder
 from server.domain.model import (
@@ -60,19 +66,23 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PAGE_SIZE = 10
 MAX_PAGE_SIZE = 50
-RRF_K = 60
-"""Reciprocal rank fusion constant: a hit's score is the sum over sides of 1 / (RRF_K + rank).
-60 is the value of the original RRF paper; it keeps one side's top hit from drowning the
-other side's near-top hits."""
+KEYWORD_WEIGHT = 0.7
+"""Share of the keyword side in the fused score; the semantic side has the rest.
 
-MIN_RETRIEVAL_TURNS = 10
-"""Each side contributes its top page (the turns wanted, at least this many) to the fusion.
+Chosen by leave-one-conversation-out on real conversations (bench/search_levers.py over the
+LoCoMo development files: each held-out file's choice from the other three was 0.7, the best
+of 0.3-0.9 on all four). The keyword side is the stronger one there (recall@1 0.46 against
+0.23 for all-MiniLM-L6-v2) and its scores separate the answer from the rest more sharply;
+an equal share let the weaker side's near-ties push good keyword hits down."""
 
-Deeper lists looked tempting (a turn both sides place just below the page could climb) but
-measured worse (bench/bench_search_quality.py): in a history of a few dozen turns, a keyword
-list 30 deep is mostly turns sharing one common word with a paraphrased question, and each of
-them that the semantic side also lists outscores the semantic side's clear first answer.
-Recall@5 of hybrid on the evaluation set: 0.867 at depth 30, 0.962 at depth 10."""
+MIN_RETRIEVAL_TURNS = 50
+"""Each side contributes its top turns (the turns wanted, at least this many) to the fusion.
+
+The fused score of a side is min-max normalized over this list, so its depth sets what "the
+side's worst" is: 20 and 50 measured alike (LoCoMo, bench/search_levers.py), 10 worse
+(recall@10 0.79 against 0.82-0.83: a turn one side ranks 11th still helps when the other
+ranks it high). Reciprocal rank fusion measured worse at every depth, because it throws the
+scores away: a keyword hit far ahead of the rest counts the same as a near-tie."""
 
 ID_MAX_CHARS = 128
 QUERY_MAX_CHARS = 4000
@@ -106,22 +116,28 @@ class IndexTurnResult:
 
 
 def fuse(result: RetrievalResult, turns: int) -> list[SearchHit]:
-    """Reciprocal rank fusion of the two per-turn rankings, best first, at most `turns`.
+    """Weighted normalized score fusion of the two per-turn rankings, best first, at most
+    `turns`.
 
-    A turn's score is the sum over the sides that found it of 1 / (RRF_K + rank). The chunk
-    shown is the one the side ranking the turn higher chose (keyword on a tie: an exact match
-    is the easier one for a person to recognize).
+    Each side's raw scores are min-max normalized over its list (its best turn 1, its last
+    0; a side whose scores are all equal gives each 1), and a turn's score is
+    KEYWORD_WEIGHT times its keyword value plus the rest times its semantic value (0 on a
+    side that did not list it). A side with no hits adds nothing, so one side alone ranks as
+    that side does. The chunk shown is the one the side ranking the turn higher chose
+    (keyword on a tie: an exact match is the easier one for a person to recognize).
     """
-    by_turn: dict[tuple[str, str], dict[str, tuple[int, ChunkHit]]] = {}
+    weights = {"keyword": KEYWORD_WEIGHT, "semantic": 1.0 - KEYWORD_WEIGHT}
+    by_turn: dict[tuple[str, str], dict[str, tuple[int, float, ChunkHit]]] = {}
     for side, hits in (("keyword", result.keyword), ("semantic", result.semantic)):
-        for rank, hit in enumerate(hits, start=1):
-            by_turn.setdefault((hit.conversation_id, hit.turn_id), {}).setdefault(side, (rank, hit))
+        for rank, (hit, value) in enumerate(zip(hits, _min_max(hits), strict=True), start=1):
+            entry = (rank, value, hit)
+            by_turn.setdefault((hit.conversation_id, hit.turn_id), {}).setdefault(side, entry)
     fused: list[SearchHit] = []
     for sides in by_turn.values():
         keyword_rank = sides["keyword"][0] if "keyword" in sides else 0
         semantic_rank = sides["semantic"][0] if "semantic" in sides else 0
-        _, chunk = min(sides.values(), key=lambda entry: entry[0])
-        score = sum(1.0 / (RRF_K + rank) for rank, _ in sides.values())
+        _, _, chunk = min(sides.values(), key=lambda entry: entry[0])
+        score = sum(weights[side] * value for side, (_, value, _) in sides.items())
         fused.append(
             SearchHit(
                 conversation_id=chunk.conversation_id,
@@ -134,9 +150,7 @@ def fuse(result: RetrievalResult, turns: int) -> list[SearchHit]:
                 semantic_rank=semantic_rank,
             )
         )
-    # Ties go to the turn with the better single rank on either side. (Breaking them toward
-    # the keyword side instead measured worse: a paraphrased question's keyword list is
-    # noise, bench/bench_search_quality.py.)
+    # Ties go to the turn with the better single rank on either side, then a stable order.
     fused.sort(
         key=lambda h: (
             -h.score,
@@ -146,6 +160,15 @@ def fuse(result: RetrievalResult, turns: int) -> list[SearchHit]:
         )
     )
     return fused[:turns]
+
+
+def _min_max(hits: Sequence[ChunkHit]) -> list[float]:
+    """Each hit's raw score mapped to 0..1 over the list (all 1 when they are all equal)."""
+    if not hits:
+        return []
+    low = min(h.score for h in hits)
+    span = max(h.score for h in hits) - low
+    return [(h.score - low) / span if span > 0 else 1.0 for h in hits]
 
 
 class OneSideIndex:
@@ -386,7 +409,7 @@ class ConversationSearch:
                 ErrorReason.CONVERSATION_DELETED,
                 "this conversation was deleted, so its turns are no longer accepted; "
                 "use a new conversation id",
-                metadata={"conversation_id": conversation_id},
+                details=ConversationDeleted(conversation_id),
             )
         if outcome is AcceptOutcome.MEMORY_DISABLED:
             return IndexTurnResult(TurnOutcome.SKIPPED_MEMORY_DISABLED, 0, False, 0)

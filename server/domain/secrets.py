@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from server.domain.errors import ErrorReason, FieldViolation, MemoriaError
+from server.domain.errors import ErrorReason, FieldViolation, MemoriaError, SecretDetected
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def refuse_secrets(
         f"the block contains a credential ({', '.join(every_kind)}) on line(s) {lines}; "
         "nothing was saved. Credentials are never stored in memory: remove them and write "
         "the block again.",
-        metadata={"secret_types": ",".join(every_kind)},
+        details=SecretDetected(tuple(every_kind)),
         violations=tuple(
             FieldViolation(
                 f"{field}[line {n}]",

@@ -15,7 +15,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from memoria.v1 import error_reason_pb2
-from server.domain.errors import ErrorReason, MemoriaError
+from server.domain.errors import ErrorReason, Internal, MemoriaError
 
 ERROR_DOMAIN = "memoria.v1"
 
@@ -74,7 +74,7 @@ def internal_status(trace_id: str) -> grpc.Status:
         MemoriaError(
             ErrorReason.INTERNAL,
             f"internal error; reference {trace_id}",
-            metadata={"trace_id": trace_id},
+            details=Internal(trace_id),
         )
     )
 

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.domain.errors import ErrorReason, MemoriaError
+from server.domain.errors import ErrorReason, MemoriaError, StorageFull
 
 MiB = 1 << 20
 
@@ -148,10 +148,7 @@ def storage_full(reading: DiskReading) -> MemoriaError:
         ErrorReason.STORAGE_FULL,
         "the server's disk is too full to accept writes; nothing was written, reads keep "
         "working; retry with backoff",
-        metadata={
-            "free_bytes": str(reading.free_bytes),
-            "watermark_bytes": str(reading.watermark_bytes),
-        },
+        details=StorageFull(reading.free_bytes, reading.watermark_bytes),
     )
 
 

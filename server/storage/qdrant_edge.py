@@ -31,15 +31,25 @@ Facts about the engine this adapter is built on, measured on 0.9.0 (DESIGN 4 and
   against 2.4 ms with payload on every candidate (10 turns: 0.60 against 1.12 ms).
 - One process per store. A second open of the same shard fails on the log's file lock; that
   becomes a ChunkIndexLockedError naming the data directory.
+- Errors. The engine raises a plain `Exception` whose text starts with the kind of its
+  operation error ("Service runtime error: Shard is not initialized" once closed, "...: IO
+  Error: No space left on device (os error 28)", "Vector dimension error: ..."). The kinds
+  that mean the engine cannot serve now (ENGINE_UNAVAILABLE_KINDS: I/O, a closed or
+  inconsistent shard, out of memory, a timeout) become STORE_UNAVAILABLE, a full disk
+  STORAGE_FULL, in one place (`_engine_errors`) around every operation, as the SQL and
+  Qdrant server adapters map theirs; the other kinds (a request this adapter built wrong: a
+  bug) propagate and answer INTERNAL.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -69,6 +79,7 @@ from qdrant_edge import (
     UpdateOperation,
 )
 
+from server.domain.errors import ErrorReason, MemoriaError, StorageFull
 from server.domain.model import (
     ChunkHit,
     EncodedQuery,
@@ -99,6 +110,8 @@ from server.storage.chunk_index import (
     turn_point_ids,
 )
 
+log = logging.getLogger(__name__)
+
 SHARD_DIR = "shard"
 """The engine's own directory inside the index directory (the engine owns every file in it)."""
 
@@ -111,6 +124,49 @@ CANDIDATES_PER_TURN = 10
 MAX_FETCH_ROUNDS = 3
 """If a side's candidates cover too few turns while more points exist (turns with more chunks
 than CANDIDATES_PER_TURN), fetch again with four times the limit, at most this many times."""
+
+
+ENGINE_UNAVAILABLE_KINDS = (
+    "Service runtime error",
+    "Service error",
+    "IO Error",
+    "Gridstore IO error",
+    "Unexpected IO error",
+    "Inconsistent storage",
+    "Out of memory",
+    "Timeout error",
+    "Operation cancelled",
+)
+"""Prefixes of the engine's error texts (qdrant's OperationError kinds, as qdrant-edge-py
+0.9.0 words them) that mean the store cannot serve now, not that the request was wrong."""
+
+_DISK_FULL = "(os error 28)"  # ENOSPC, as the engine's I/O errors quote it
+
+
+@contextmanager
+def _engine_errors() -> Iterator[None]:
+    """The one place this adapter turns an engine failure into the caller's error (see the
+    module on errors): nothing was changed that a retry would not redo."""
+    try:
+        yield
+    except MemoriaError:
+        raise
+    except Exception as error:
+        text = str(error)
+        if type(error) is not Exception or not text.startswith(ENGINE_UNAVAILABLE_KINDS):
+            raise
+        if _DISK_FULL in text:
+            log.warning("chunk index refused a write: its disk is full")
+            raise MemoriaError(
+                ErrorReason.STORAGE_FULL,
+                "the conversation index's disk is full; nothing was changed, retry with backoff",
+                details=StorageFull(),
+            ) from error
+        log.warning("chunk index unavailable: %s", text.split(":", 1)[0])
+        raise MemoriaError(
+            ErrorReason.STORE_UNAVAILABLE,
+            "the conversation index is unavailable; nothing was changed, retry with backoff",
+        ) from error
 
 
 def _config(dimension: int) -> EdgeConfig:
@@ -234,6 +290,7 @@ class QdrantEdgeChunkIndex:
         finally:
             os.close(directory)
 
+    @_engine_errors()
     def upsert_turn(
         self, key: TurnKey, turn_time: datetime, chunks: Sequence[IndexedChunk]
     ) -> None:
@@ -262,6 +319,7 @@ class QdrantEdgeChunkIndex:
             UpdateOperation.delete_points_by_filter(_filter(stale_chunks_filter(key, len(chunks))))
         )
 
+    @_engine_errors()
     def search(self, scope: SearchScope, query: EncodedQuery, turns: int) -> RetrievalResult:
         """Both retrievals in one engine batch, each reduced to its best chunk per turn.
 
@@ -326,21 +384,25 @@ class QdrantEdgeChunkIndex:
             if str(point) in payloads
         )
 
+    @_engine_errors()
     def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:
         """Delete every chunk of the conversation, however many, in one filtered delete."""
         spec = owner_filter(tenant_id, principal_id, conversation_id)
         self._shard.update(UpdateOperation.delete_points_by_filter(_filter(spec)))
 
+    @_engine_errors()
     def delete_principal(self, tenant_id: str, principal_id: str) -> None:
         """Delete every chunk of the principal, however many, in one filtered delete."""
         spec = owner_filter(tenant_id, principal_id)
         self._shard.update(UpdateOperation.delete_points_by_filter(_filter(spec)))
 
+    @_engine_errors()
     def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
         """Exact number of chunks of the principal, or of one of its conversations."""
         spec = owner_filter(tenant_id, principal_id, conversation_id)
         return self._shard.count(CountRequest(exact=True, filter=_filter(spec)))
 
+    @_engine_errors()
     def turn_chunks(
         self, tenant_id: str, principal_id: str, turns: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], tuple[str, ...]]:
@@ -351,15 +413,18 @@ class QdrantEdgeChunkIndex:
         records = self._shard.retrieve(ids, True, False)
         return chunks_by_turn(tenant_id, principal_id, (dict(r.payload or {}) for r in records))
 
+    @_engine_errors()
     def check(self) -> None:
         """Return if the shard answers (a metadata read of a few microseconds), else raise:
         in-process, it fails only once closed or broken."""
         self._shard.info()
 
+    @_engine_errors()
     def flush(self) -> None:
         """Sync the log and segments to disk (a sync point across operating-system crashes)."""
         self._shard.flush()
 
+    @_engine_errors()
     def optimize(self) -> bool:
         """Merge segments, build indexes and vacuum deleted points; True if anything changed.
 
@@ -368,11 +433,15 @@ class QdrantEdgeChunkIndex:
         """
         return self._shard.optimize()
 
+    @_engine_errors()
     def close(self) -> None:
-        """Flush and release the shard (and its lock on the directory). Idempotent."""
+        """Flush and release the shard (and its lock on the directory), released even when
+        the flush fails. Idempotent."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
-            self._shard.flush()  # close flushes too (documented); explicit, as it is the point
-            self._shard.close()
+            try:
+                self._shard.flush()  # close flushes too (documented); explicit, as it is the point
+            finally:
+                self._shard.close()

@@ -47,7 +47,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import BindParameter
 
-from server.domain.errors import ErrorReason, MemoriaError
+from server.domain.errors import ErrorReason, MemoriaError, StorageFull
 from server.domain.model import (
     AuditAction,
     AuditEvent,
@@ -77,6 +77,18 @@ UNAVAILABLE_ERRORS = (
 )
 
 
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """The one place the SQL adapters (this module, turns.py) turn a failure of the database
+    into the caller's error: a driver or pool error that means "cannot reach or write the
+    store now" (UNAVAILABLE_ERRORS) becomes `store_unavailable(error)`; anything else (a
+    bug, a constraint) propagates as it is. Wrap each operation's whole use of a connection."""
+    try:
+        yield
+    except UNAVAILABLE_ERRORS as error:
+        raise store_unavailable(error) from error
+
+
 def store_unavailable(error: Exception) -> MemoriaError:
     """The error a caller gets for a store failure: STORAGE_FULL when the database's disk is
     full (PostgreSQL SQLSTATE 53100 "could not extend file", SQLite's SQLITE_FULL), else
@@ -87,6 +99,7 @@ def store_unavailable(error: Exception) -> MemoriaError:
             ErrorReason.STORAGE_FULL,
             "the database's disk is full; nothing was written, reads keep working; retry "
             "with backoff",
+            details=StorageFull(),
         )
     # Connection refused or lost, server shutting down, pool exhausted, lock timeout: nothing
     # was committed, and the caller may retry.
@@ -231,23 +244,21 @@ class SqlMemoryStore:
         runs the statement through psycopg's cursor, where the instrumentation sees it.
         """
         assert self._autocommit is not None
-        try:
+        with store_errors():
             pooled = self._autocommit.raw_connection()
-        except UNAVAILABLE_ERRORS as error:
-            raise store_unavailable(error) from error
-        try:
-            conn: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
-            if pooled.info.get(CURSOR_PATH):
-                found = conn.execute(sql, params).fetchone()
-                assert found is not None  # the functions called here always return one row
-                row = tuple(found)
-            else:
-                row = _execute_prepared(conn, pooled.info, sql, params)
-        except psycopg.OperationalError as error:
-            pooled.invalidate(error)
-            raise store_unavailable(error) from error
-        finally:
-            pooled.close()
+            try:
+                conn: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
+                if pooled.info.get(CURSOR_PATH):
+                    found = conn.execute(sql, params).fetchone()
+                    assert found is not None  # the functions called here always return one row
+                    row = tuple(found)
+                else:
+                    row = _execute_prepared(conn, pooled.info, sql, params)
+            except psycopg.OperationalError as error:
+                pooled.invalidate(error)  # the connection is gone: never hand it out again
+                raise
+            finally:
+                pooled.close()
         return row
 
     @contextmanager
@@ -263,16 +274,13 @@ class SqlMemoryStore:
         (and tests that prepare data).
         """
         writer = self._sqlite_writer if lock_principal is not None else None
-        try:
-            with writer or nullcontext(), self._engine.connect() as conn:
-                if lock_principal is not None:
-                    conn.execution_options(**{WRITE_OPTION: True})
-                with conn.begin():
-                    tx = SqlMemoryTransaction(conn, tenant_id, self._postgres, self.origin)
-                    tx.begin(lock_principal, announce=announce)
-                    yield tx
-        except UNAVAILABLE_ERRORS as error:
-            raise store_unavailable(error) from error
+        with store_errors(), writer or nullcontext(), self._engine.connect() as conn:
+            if lock_principal is not None:
+                conn.execution_options(**{WRITE_OPTION: True})
+            with conn.begin():
+                tx = SqlMemoryTransaction(conn, tenant_id, self._postgres, self.origin)
+                tx.begin(lock_principal, announce=announce)
+                yield tx
 
 
 CURSOR_PATH = "memoria_cursor_path"

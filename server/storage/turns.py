@@ -40,7 +40,7 @@ from server.domain.model import (
 from server.domain.text import lines_of, sanitize
 from server.storage.cache import ExactCache
 from server.storage.engine import WRITE_OPTION
-from server.storage.sql import UNAVAILABLE_ERRORS, SqlMemoryStore, as_utc, store_unavailable
+from server.storage.sql import SqlMemoryStore, as_utc, store_errors
 from server.storage.tables import conversation_tombstones, conversation_turns, turn_inspections
 
 _t, _z = conversation_turns, conversation_tombstones
@@ -159,19 +159,16 @@ class SqlTurnStore:
     @contextmanager
     def claim(self, limit: int, now: datetime, only: TurnKey | None = None) -> Iterator[_Batch]:
         """See `TurnStore.claim`."""
-        try:
-            with self._processing or nullcontext(), self._engine.connect() as conn:
-                if self._postgres:
-                    with conn.begin():
-                        batch = _Batch(conn, self._claim_pg(conn, limit, now, only), True)
-                        yield batch
-                    return
+        with store_errors(), self._processing or nullcontext(), self._engine.connect() as conn:
+            if self._postgres:
                 with conn.begin():
-                    turns = _claim_sqlite(conn, limit, now, only)
-                batch = _Batch(conn, turns, False)
-                yield batch
-        except UNAVAILABLE_ERRORS as error:
-            raise store_unavailable(error) from error
+                    batch = _Batch(conn, self._claim_pg(conn, limit, now, only), True)
+                    yield batch
+                return
+            with conn.begin():
+                turns = _claim_sqlite(conn, limit, now, only)
+            batch = _Batch(conn, turns, False)
+            yield batch
 
     def _claim_pg(
         self, conn: Connection, limit: int, now: datetime, only: TurnKey | None
@@ -213,11 +210,8 @@ class SqlTurnStore:
         if self._postgres:
             pending, oldest = self._memory.call(_OUTBOX_STATS_PG, ())
         else:
-            try:
-                with self._engine.connect() as conn:
-                    pending, oldest = conn.execute(_OUTBOX_STATS).one()
-            except UNAVAILABLE_ERRORS as error:
-                raise store_unavailable(error) from error
+            with store_errors(), self._engine.connect() as conn:
+                pending, oldest = conn.execute(_OUTBOX_STATS).one()
         return OutboxStats(int(pending), None if oldest is None else as_utc(oldest))
 
     def _changed_deletions(self, tenant_id: str, principal_id: str) -> None:
@@ -264,31 +258,28 @@ class SqlTurnStore:
     @contextmanager
     def claim_purges(self, limit: int) -> Iterator[list[ConversationPurge]]:
         """See `TurnStore.claim_purges`."""
-        try:
-            with self._processing or nullcontext(), self._engine.connect() as conn:
-                if self._postgres:
-                    with conn.begin():
-                        rows = conn.execute(_CLAIM_PURGES_PG, {"limit": limit})
-                        purges = [ConversationPurge(*row) for row in rows]
-                        yield purges
-                        _mark_purged(conn, purges, set_tenant=True)
-                    return
+        with store_errors(), self._processing or nullcontext(), self._engine.connect() as conn:
+            if self._postgres:
                 with conn.begin():
-                    stmt = (
-                        select(_z.c.tenant_id, _z.c.principal_id, _z.c.conversation_id)
-                        .where(_z.c.purge_time.is_(None))
-                        .order_by(_z.c.delete_time)
-                        .limit(limit)
-                    )
-                    purges = [ConversationPurge(*row) for row in conn.execute(stmt)]
-                yield purges
-                conn.execution_options(**{WRITE_OPTION: True})
-                with conn.begin():
-                    _mark_purged(conn, purges, set_tenant=False)
-                for purge in purges:
-                    self._changed_deletions(purge.tenant_id, purge.principal_id)
-        except UNAVAILABLE_ERRORS as error:
-            raise store_unavailable(error) from error
+                    rows = conn.execute(_CLAIM_PURGES_PG, {"limit": limit})
+                    purges = [ConversationPurge(*row) for row in rows]
+                    yield purges
+                    _mark_purged(conn, purges, set_tenant=True)
+                return
+            with conn.begin():
+                stmt = (
+                    select(_z.c.tenant_id, _z.c.principal_id, _z.c.conversation_id)
+                    .where(_z.c.purge_time.is_(None))
+                    .order_by(_z.c.delete_time)
+                    .limit(limit)
+                )
+                purges = [ConversationPurge(*row) for row in conn.execute(stmt)]
+            yield purges
+            conn.execution_options(**{WRITE_OPTION: True})
+            with conn.begin():
+                _mark_purged(conn, purges, set_tenant=False)
+            for purge in purges:
+                self._changed_deletions(purge.tenant_id, purge.principal_id)
 
     def erase_principal(
         self, tenant_id: str, principal_id: str, event: NewAuditEvent, purge: Callable[[], None]

@@ -527,8 +527,10 @@ def test_edge_check_fails_once_the_index_is_closed(
     index = edge()
     index.check()
     index.close()
-    with pytest.raises(Exception, match="not initialized"):
+    with pytest.raises(MemoriaError) as raised:
         index.check()
+    assert raised.value.reason is ErrorReason.STORE_UNAVAILABLE
+    assert "not initialized" in str(raised.value.__cause__)  # the engine's own words, logged
 
 
 def test_edge_second_open_names_the_data_dir(
