@@ -64,6 +64,20 @@ def _parser() -> argparse.ArgumentParser:
         "client of a running Memoria server",
     )
     _add_mcp_arguments(mcp)
+    from server import cli_export
+
+    exp = sub.add_parser(
+        "export",
+        help="write everything held about the caller as JSON Lines, as a client of a running "
+        "server",
+    )
+    cli_export.add_arguments(exp, importing=False)
+    imp = sub.add_parser(
+        "import",
+        help="load a `memoria export` file into the deployment at --addr, as the caller "
+        "(idempotent)",
+    )
+    cli_export.add_arguments(imp, importing=True)
     mig = sub.add_parser("migrate", help="bring a database schema to the newest revision")
     mig.add_argument("--database-url", help="the schema owner's URL (default: the embedded one)")
     mig.add_argument("--data-dir", type=Path)
@@ -113,6 +127,11 @@ def main(argv: list[str] | None = None) -> None:
 
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
         run(args)
+        return
+    if args.command in ("export", "import"):  # clients of a server, like mcp
+        from server import cli_export
+
+        cli_export.main(args)
         return
     try:
         settings = _settings(args)

@@ -1,0 +1,238 @@
+"""`memoria export` and `memoria import`: a person's data as JSON Lines, through the API.
+
+Both are clients of a running server, never readers of its stores: the export is the person's
+right of access, so it goes through ExportPrincipalData with the same authentication, scoping
+and rules as every call (an export reads only the caller's data, an erased principal's is
+empty), and the import replays the records through the ordinary RPCs, so it obeys every rule
+the target deployment enforces (limits, credential refusal, deleted conversations).
+
+File format: one JSON object per line, each with a `kind`. The first line is the header
+(`{"kind": "header", "format": "memoria-export/1"}`); then `settings`, `memory_block`,
+`audit_event`, `turn` and `deleted_conversation` records, each the contract message's proto3
+JSON (field names as in the .proto) plus `kind`.
+
+Import (into the identity it authenticates as: the same tenant and principal, or another one,
+which is how a file is mapped to a new deployment's ids) is idempotent, so a second run
+changes nothing:
+- turns: IndexTurn with the same conversation and turn ids (re-sending a turn replaces it with
+  the same text), `text` as the question, waiting until each is searchable;
+- deleted conversations: DeleteConversation (deleting again is a no-op), after the turns;
+- the block: RewriteMemoryBlock with writer USER (an identical rewrite is a no-op);
+- settings: UpdateMemorySettings with writer USER, last (with memory off, turns would be
+  skipped);
+- audit events are not imported: re-emitting them would falsify the target's history (they
+  would claim changes that deployment never saw). The import's own writes are audited there
+  as what they are, the person's writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from memoria.v1 import conversation_search_service_pb2 as search_pb
+from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
+from memoria.v1 import memory_block_pb2 as block_pb
+from memoria.v1 import memory_block_service_pb2 as blocks_pb
+from memoria.v1 import memory_block_service_pb2_grpc as blocks_grpc
+
+FORMAT = "memoria-export/1"
+PAGE_SIZE = 500
+Metadata = tuple[tuple[str, str | bytes], ...]
+_KINDS = ("settings", "memory_block", "audit_event", "turn", "deleted_conversation")
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, importing: bool) -> None:
+    """The connection and identity flags shared by both commands."""
+    if importing:
+        parser.add_argument("file", help="a JSON Lines file written by `memoria export` (- stdin)")
+    else:
+        parser.add_argument("-o", "--output", default="-", help="file to write (default stdout)")
+    parser.add_argument(
+        "--addr",
+        default=os.environ.get("MEMORIA_ADDR", "127.0.0.1:50051"),
+        help="the server's HOST:PORT (default $MEMORIA_ADDR or 127.0.0.1:50051)",
+    )
+    parser.add_argument("--tenant", help="trusted-headers mode: x-memoria-tenant")
+    parser.add_argument("--principal", help="trusted-headers mode: x-memoria-principal")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("MEMORIA_TOKEN"),
+        help="jwt mode: the bearer token (default $MEMORIA_TOKEN)",
+    )
+
+
+def metadata(args: argparse.Namespace) -> Metadata:
+    """Call metadata naming the caller, from the flags."""
+    md: list[tuple[str, str | bytes]] = []
+    if args.token:
+        md.append(("authorization", f"Bearer {args.token}"))
+    if args.tenant:
+        md.append(("x-memoria-tenant", args.tenant))
+    if args.principal:
+        md.append(("x-memoria-principal", args.principal))
+    return tuple(md)
+
+
+def export_lines(channel: grpc.Channel, md: Metadata) -> Iterator[str]:
+    """The caller's export as JSON Lines (header first), page by page."""
+    stub = search_grpc.ConversationSearchServiceStub(channel)
+    yield json.dumps({"kind": "header", "format": FORMAT})
+    token = ""
+    while True:
+        page = stub.ExportPrincipalData(
+            search_pb.ExportPrincipalDataRequest(page_size=PAGE_SIZE, page_token=token),
+            metadata=md,
+        )
+        for record in page.records:
+            yield record_line(record)
+        token = page.next_page_token
+        if not token:
+            return
+
+
+def record_line(record: search_pb.ExportRecord) -> str:
+    """One record as a JSON object with its `kind`."""
+    kind = record.WhichOneof("record")
+    assert kind is not None
+    body = json_format.MessageToDict(getattr(record, kind), preserving_proto_field_name=True)
+    return json.dumps({"kind": kind, **body}, ensure_ascii=False, sort_keys=True)
+
+
+def parse_lines(lines: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The records of an export file; ValueError for anything that is not one."""
+    records: list[tuple[str, dict[str, Any]]] = []
+    header = False
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"line {number}: not JSON ({error.msg})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+            raise ValueError(f"line {number}: not a record with a kind")
+        kind = data.pop("kind")
+        if not header:  # the first record must say what the file is
+            if kind != "header" or data.get("format") != FORMAT:
+                raise ValueError(f"line {number}: not a {FORMAT} header")
+            header = True
+            continue
+        if kind not in _KINDS:
+            raise ValueError(f"line {number}: unknown kind {kind!r}")
+        records.append((kind, data))
+    return records
+
+
+def _message(kind: str, data: dict[str, Any]) -> Message:
+    types: dict[str, type[Message]] = {
+        "settings": block_pb.MemorySettings,
+        "memory_block": block_pb.MemoryBlock,
+        "turn": search_pb.ExportedTurn,
+        "deleted_conversation": search_pb.DeletedConversation,
+    }
+    return json_format.ParseDict(data, types[kind]())
+
+
+def import_records(
+    channel: grpc.Channel, md: Metadata, records: list[tuple[str, dict[str, Any]]]
+) -> Counter[str]:
+    """Apply the records in the order the module describes; count what was done by kind."""
+    search = search_grpc.ConversationSearchServiceStub(channel)
+    blocks = blocks_grpc.MemoryBlockServiceStub(channel)
+    done: Counter[str] = Counter()
+    by_kind: dict[str, list[dict[str, Any]]] = {k: [] for k in _KINDS}
+    for kind, data in records:
+        by_kind[kind].append(data)
+    for data in by_kind["turn"]:
+        turn = _message("turn", data)
+        assert isinstance(turn, search_pb.ExportedTurn)
+        search.IndexTurn(
+            search_pb.IndexTurnRequest(
+                conversation_id=turn.conversation_id,
+                turn_id=turn.turn_id,
+                question=turn.text,
+                turn_time=turn.turn_time,
+                wait=True,
+            ),
+            metadata=md,
+        )
+        done["turn"] += 1
+    for data in by_kind["deleted_conversation"]:
+        gone = _message("deleted_conversation", data)
+        assert isinstance(gone, search_pb.DeletedConversation)
+        search.DeleteConversation(
+            search_pb.DeleteConversationRequest(conversation_id=gone.conversation_id),
+            metadata=md,
+        )
+        done["deleted_conversation"] += 1
+    for data in by_kind["memory_block"]:
+        block = _message("memory_block", data)
+        assert isinstance(block, block_pb.MemoryBlock)
+        response = blocks.RewriteMemoryBlock(
+            blocks_pb.RewriteMemoryBlockRequest(text=block.text, writer=block_pb.WRITER_USER),
+            metadata=md,
+        )
+        done["memory_block" if response.changed else "memory_block unchanged"] += 1
+    for data in by_kind["settings"]:
+        settings = _message("settings", data)
+        assert isinstance(settings, block_pb.MemorySettings)
+        blocks.UpdateMemorySettings(
+            blocks_pb.UpdateMemorySettingsRequest(
+                memory_enabled=settings.memory_enabled, writer=block_pb.WRITER_USER
+            ),
+            metadata=md,
+        )
+        done["settings"] += 1
+    done["audit_event skipped"] = len(by_kind["audit_event"])
+    return done
+
+
+def run_export(args: argparse.Namespace) -> None:
+    """`memoria export`: write the caller's data to a file or stdout."""
+    with grpc.insecure_channel(args.addr) as channel:
+        lines = export_lines(channel, metadata(args))
+        if args.output == "-":
+            _write(lines, sys.stdout)
+        else:
+            with open(args.output, "w", encoding="utf-8") as out:
+                _write(lines, out)
+
+
+def _write(lines: Iterator[str], out: IO[str]) -> None:
+    for line in lines:
+        out.write(line + "\n")
+
+
+def run_import(args: argparse.Namespace) -> None:
+    """`memoria import FILE`: load an export into the deployment at --addr."""
+    if args.file == "-":
+        records = parse_lines(sys.stdin)
+    else:
+        with open(args.file, encoding="utf-8") as source:
+            records = parse_lines(source)
+    with grpc.insecure_channel(args.addr) as channel:
+        done = import_records(channel, metadata(args), records)
+    summary = ", ".join(f"{count} {kind}" for kind, count in sorted(done.items()))
+    print(f"memoria import: {summary}", file=sys.stderr)
+
+
+def main(args: argparse.Namespace) -> None:
+    """Run the command; an RPC error becomes a one-line message with its reason."""
+    try:
+        run_import(args) if args.command == "import" else run_export(args)
+    except ValueError as error:
+        sys.exit(f"memoria {args.command}: {error}")
+    except grpc.RpcError as error:
+        code = error.code().name if isinstance(error, grpc.Call) else "UNKNOWN"
+        details = error.details() if isinstance(error, grpc.Call) else ""
+        sys.exit(f"memoria {args.command}: the server answered {code}: {details}")
