@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import base64
 import json
+import random
+import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +18,8 @@ from google.rpc import error_details_pb2, status_pb2
 
 from memoria.v1 import memory_block_pb2
 from memoria.v1 import memory_block_service_pb2 as pb
+from server.app import SERVICE_NAMES
+from server.rpc.web import methods
 from tests.api.conftest import Api, server_settings, serving
 
 BLOCKS = "/memoria.v1.MemoryBlockService"
@@ -239,8 +244,69 @@ def test_cors_only_for_listed_origins(web: tuple[Api, httpx.Client]) -> None:
 
 def test_unknown_method_and_media_type(web: tuple[Api, httpx.Client]) -> None:
     api, client = web
-    assert client.post(f"{BLOCKS}/Nope", json={}, headers=_who(api)).status_code == 404
+    unknown = client.post(f"{BLOCKS}/Nope", json={}, headers=_who(api))
+    assert (unknown.status_code, unknown.json()["code"]) == (501, "unimplemented")
+    # The page is served at / (scripts/web.sh built it), with its security headers.
+    page = client.get("/")
+    assert page.status_code == 200
+    assert "script-src 'self'" in page.headers["content-security-policy"]
     wrong = client.post(
         f"{BLOCKS}/GetMemoryBlock", content=b"x", headers={"content-type": "text/plain"}
     )
     assert wrong.status_code == 415
+
+
+def test_random_bodies_get_clear_answers(web: tuple[Api, httpx.Client]) -> None:
+    """Seeded random, cut and hostile bodies to every method in every protocol: each answer
+    is a success or a contract error with an ErrorInfo, never INTERNAL or an HTTP 500."""
+    api, client = web
+    rng = random.Random(12)
+    paths = sorted(methods(SERVICE_NAMES))
+    media = ["application/json", "application/proto", "application/grpc-web+proto"]
+    codes: dict[str, int] = {}
+    for i in range(240):
+        path, kind = paths[i % len(paths)], media[i % len(media)]
+        body = rng.randbytes(rng.randrange(0, 64))
+        if kind == "application/json" and i % 2:
+            body = json.dumps(
+                {"text": rng.choice(["", "x", "\u0000", 5]), "page_size": -1}
+            ).encode()
+        if kind == "application/grpc-web+proto" and i % 2:
+            body = b"\x00" + len(body).to_bytes(4, "big") + body
+        answer = client.post(path, content=body, headers={**_who(api), "content-type": kind})
+        assert answer.status_code < 500 or answer.status_code == 503, (path, kind, body)
+        if kind == "application/grpc-web+proto":
+            trailer = _grpc_web_frames(answer.content)[-1][1].decode()
+            code = trailer.split("grpc-status: ", 1)[1].split("\r\n", 1)[0]
+            assert code not in ("2", "13"), (path, body, trailer)  # UNKNOWN, INTERNAL
+            name = f"grpc-{code}"
+            if code != "0":
+                assert "grpc-status-details-bin" in trailer
+        elif answer.status_code == 200:
+            name = "ok"
+        else:
+            name = answer.json()["code"]
+            infos = [
+                d
+                for d in _connect_details(answer.json())
+                if isinstance(d, error_details_pb2.ErrorInfo)
+            ]
+            assert infos and infos[0].reason.startswith("ERROR_REASON_"), (path, body)
+            assert infos[0].reason != "ERROR_REASON_INTERNAL"
+        codes[name] = codes.get(name, 0) + 1
+    assert codes.get("invalid_argument", 0) > 0  # the bodies did reach the decoder
+    print(f"answers by code: {dict(sorted(codes.items()))}")
+
+
+def test_calls_on_one_connection_are_not_delayed(web: tuple[Api, httpx.Client]) -> None:
+    """Nagle is off on the HTTP port: with it on, every answer after a connection's first
+    waited for the client's delayed ACK, about 40 ms each (measured before the fix; about
+    1.5 ms after). The median over 15 calls on one keep-alive connection stays well below."""
+    api, client = web
+    durations = []
+    for _ in range(16):
+        started = time.perf_counter()
+        answer = client.post(f"{BLOCKS}/GetMemoryBlock", json={}, headers=_who(api))
+        durations.append(time.perf_counter() - started)
+        assert answer.status_code == 200
+    assert statistics.median(durations[1:]) < 0.025, durations
