@@ -11,7 +11,8 @@ Two ratios from the issue (item 9), each measured side by side in one run agains
    ``encode_query``, then one qdrant-edge query with a dense and a sparse prefetch as deep as
    the service's (``depth x CANDIDATES_PER_TURN`` points each, where depth is the number of
    turns ConversationSearch asks the index for at the default page of 10, read from the domain
-   code by `depth_turns`), reciprocal rank fusion (the service's k), the same tenant and
+   code by `depth_turns`), the engine's distribution-based score fusion (the nearest engine
+   fusion to the service's weighted normalized score fusion), the same tenant and
    principal filter, and the payload of ``2 x depth`` fused points (the most the service
    loads: its best chunk of ``depth`` turns on each side). Target: service p50 (and p99) at
    most 1.5x the direct figure. A third path, ``adapter``, runs what the service
@@ -121,7 +122,7 @@ from server.domain.model import (
     SearchScope,
     TurnKey,
 )
-from server.domain.search import RRF_K, ConversationSearch, fuse
+from server.domain.search import ConversationSearch, fuse
 from server.storage import migrate
 from server.storage.chunk_index import DENSE_VECTOR, KEYWORD_VECTOR, PRINCIPAL_ID, TENANT_ID
 from server.storage.embedding import (
@@ -514,7 +515,7 @@ class DirectSearch:
         points = self._shard.query(
             QueryRequest(
                 limit=2 * self._depth,
-                query=Fusion.Rrf(k=RRF_K),
+                query=Fusion.Dbsf(),
                 prefetches=prefetches,
                 filter=self._filter,
                 with_payload=True,

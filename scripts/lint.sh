@@ -21,8 +21,5 @@ echo "== ruff / mypy" >&2
 "$bin/ruff" format --check .
 "$bin/mypy"
 
-echo "== search evaluation set matches its generator" >&2
-"$bin/python" bench/eval/make_dataset.py --check >/dev/null
-
 echo "== tool files (tools/*.json) match their source" >&2
 "$bin/python" scripts/render-tools.py --check

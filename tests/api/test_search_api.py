@@ -131,6 +131,28 @@ def test_exact_id_ranks_first_among_near_misses(api: Api) -> None:
     assert hits[0].keyword_rank == 1
 
 
+@pytest.mark.parametrize(
+    ("query", "turn"),
+    [("Ростислав", "ru"), ("東京タワー", "ja"), ("قسنطينة", "ar"), ("北京烤鸭", "zh")],
+)
+def test_exact_words_of_other_scripts_are_found_first(api: Api, query: str, turn: str) -> None:
+    """Among turns of several scripts (and an English one about the same trip), the turn with
+    the query's exact word comes first, found by the keyword side."""
+    ana = api.who("ana")
+    turns = {
+        "ru": ("Как зовут моего соседа?", "Его зовут Ростислав, он живёт этажом выше."),  # noqa: RUF001
+        "ja": ("週末はどこに行った?", "東京タワーに行って夜景を見ました。"),
+        "ar": ("أين تسكن أختي؟", "تسكن أختك في قسنطينة منذ عامين."),
+        "zh": ("我在北京吃了什么?", "你吃了北京烤鸭和炸酱面。"),
+        "en": ("Where did I travel last year?", "You went to Tokyo, Beijing and Algeria."),
+    }
+    for turn_id, (question, answer) in turns.items():
+        index(api, ana, "trips", turn_id, question, answer)
+    (first, *_rest) = search(api, ana, query)
+    assert first.turn_id == turn
+    assert first.keyword_rank == 1
+
+
 def test_paraphrase_is_found_semantically(api: Api) -> None:
     ana = api.who("ana")
     index(api, ana, "health", "t1", "Note this", "I am allergic to peanuts and cashews.")

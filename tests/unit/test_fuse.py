@@ -1,4 +1,4 @@
-"""Reciprocal rank fusion of the two retrieval sides, best chunk per turn."""
+"""Weighted normalized score fusion of the two retrieval sides, best chunk per turn."""
 
 from __future__ import annotations
 
@@ -7,25 +7,51 @@ from datetime import UTC, datetime
 import pytest
 
 from server.domain.model import ChunkHit, RetrievalResult
-from server.domain.search import RRF_K, fuse
+from server.domain.search import KEYWORD_WEIGHT, fuse
 
 T = datetime(2026, 11, 30, tzinfo=UTC)
 
 
-def hit(turn: str, chunk: int = 0, conversation: str = "c") -> ChunkHit:
-    return ChunkHit(conversation, turn, chunk, f"{turn}/{chunk}", T, 1.0)
+def hit(turn: str, chunk: int = 0, conversation: str = "c", score: float = 1.0) -> ChunkHit:
+    return ChunkHit(conversation, turn, chunk, f"{turn}/{chunk}", T, score)
 
 
 def test_turn_found_by_both_sides_beats_one_found_by_one() -> None:
-    result = RetrievalResult(keyword=(hit("a"), hit("b")), semantic=(hit("c"), hit("b")))
+    result = RetrievalResult(
+        keyword=(hit("a", score=9.0), hit("b", score=8.5), hit("z", score=1.0)),
+        semantic=(hit("c", score=0.8), hit("b", score=0.75), hit("y", score=0.3)),
+    )
     fused = fuse(result, 10)
-    assert [h.turn_id for h in fused] == ["b", "a", "c"]
-    b = fused[0]
+    assert [h.turn_id for h in fused[:3]] == ["b", "a", "c"]
+    b, a, c = fused[:3]
     assert (b.keyword_rank, b.semantic_rank) == (2, 2)
-    assert b.score == pytest.approx(2 / (RRF_K + 2))
-    a, c = fused[1], fused[2]
+    assert b.score == pytest.approx(KEYWORD_WEIGHT * 7.5 / 8 + (1 - KEYWORD_WEIGHT) * 0.45 / 0.5)
     assert (a.keyword_rank, a.semantic_rank) == (1, 0)
+    assert a.score == pytest.approx(KEYWORD_WEIGHT)
     assert (c.keyword_rank, c.semantic_rank) == (0, 1)
+    assert c.score == pytest.approx(1 - KEYWORD_WEIGHT)
+
+
+def test_scores_count_not_only_ranks() -> None:
+    """A keyword hit far ahead of its side's rest beats a turn both sides list low; with
+    ranks alone (reciprocal rank fusion) the turn listed twice would win."""
+    result = RetrievalResult(
+        keyword=(hit("far", score=20.0), hit("both", score=2.2), hit("x", score=2.0)),
+        semantic=(hit("s", score=0.60), hit("both", score=0.55), hit("y", score=0.2)),
+    )
+    assert [h.turn_id for h in fuse(result, 2)] == ["far", "s"]
+
+
+def test_a_side_of_equal_scores_counts_each_hit_fully() -> None:
+    result = RetrievalResult(keyword=(hit("a", score=3.0), hit("b", score=3.0)), semantic=())
+    assert [h.score for h in fuse(result, 10)] == [pytest.approx(KEYWORD_WEIGHT)] * 2
+
+
+def test_one_side_alone_ranks_as_that_side() -> None:
+    semantic = tuple(hit(str(i), score=1.0 - i / 10) for i in range(5))
+    fused = fuse(RetrievalResult(keyword=(), semantic=semantic), 10)
+    assert [h.turn_id for h in fused] == ["0", "1", "2", "3", "4"]
+    assert [h.semantic_rank for h in fused] == [1, 2, 3, 4, 5]
 
 
 def test_chunk_shown_is_from_the_side_that_ranked_the_turn_higher() -> None:
