@@ -94,7 +94,7 @@ def refusal(settings: Settings) -> str | None:
 
 def name_this_process(role: str) -> None:
     """Put `role[pid]` on every log line of this process (the children share one stream),
-    as the `process` field of its JSON lines (server/telemetry.py)."""
+    as the `process` field of its JSON lines (server/telemetry/logs.py)."""
     from server.telemetry import JsonFormatter
 
     for handler in logging.getLogger().handlers:

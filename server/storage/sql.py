@@ -20,7 +20,7 @@ import logging
 import secrets
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +37,7 @@ from sqlalchemy import (
     Table,
     bindparam,
     delete,
+    event,
     exc,
     insert,
     literal_column,
@@ -164,6 +165,20 @@ class SqlMemoryStore:
         """PostgreSQL: the pool of autocommit connections behind `call` (None on SQLite)."""
         return self._autocommit
 
+    def instrument_calls(self, instrument: Callable[[Any], None]) -> None:
+        """Have `instrument` see each psycopg connection the hot paths' pool opens from now on
+        (PostgreSQL; nothing to do on SQLite, which has no such pool), and run `call`'s
+        statements on those connections through psycopg's cursor, where an instrumentation
+        of the connection sees them. For telemetry, which so needs no storage internals."""
+        if self._autocommit is None:
+            return
+
+        def on_connect(dbapi_connection: Any, record: Any) -> None:
+            instrument(dbapi_connection)
+            record.info[CURSOR_PATH] = True
+
+        event.listen(self._autocommit, "connect", on_connect)
+
     def dispose(self) -> None:
         """Close every pooled connection."""
         self._engine.dispose()
@@ -285,8 +300,8 @@ class SqlMemoryStore:
 
 CURSOR_PATH = "memoria_cursor_path"
 """Key of a pooled connection's info dictionary: `SqlMemoryStore.call` runs its statements
-through psycopg's cursor on that connection (set by telemetry on the connections it
-instruments; SQLAlchemy empties the dictionary when the connection is replaced)."""
+through psycopg's cursor on that connection (set by `instrument_calls` on the connections
+telemetry instruments; SQLAlchemy empties the dictionary when the connection is replaced)."""
 
 
 @functools.cache

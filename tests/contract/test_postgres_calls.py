@@ -17,12 +17,11 @@ import psycopg
 import psycopg.errors
 import pytest
 from psycopg.types.json import Json
-from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
 from server.domain.errors import ErrorReason, MemoriaError
 from server.storage.engine import create_store_engine
-from server.storage.sql import CURSOR_PATH, SqlMemoryStore
+from server.storage.sql import SqlMemoryStore
 from tests.conftest import PgDatabase
 
 pytestmark = pytest.mark.postgres
@@ -38,12 +37,8 @@ EXPECTED = (TEXT, 41, True, WHEN, ["a", "ü"], True)
 def store(request: pytest.FixtureRequest, postgres: PgDatabase) -> Iterator[SqlMemoryStore]:
     store = SqlMemoryStore(create_store_engine(postgres.app_url, pool_size=2))
     if request.param == "cursor":
-        autocommit = store.autocommit_engine
-        assert autocommit is not None
-
-        @event.listens_for(autocommit, "connect")
-        def _cursor_path(_dbapi_connection: Any, record: Any) -> None:
-            record.info[CURSOR_PATH] = True
+        seen: list[object] = []
+        store.instrument_calls(seen.append)  # as telemetry does: calls take the cursor path
 
     try:
         yield store

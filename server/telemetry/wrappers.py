@@ -1,0 +1,229 @@
+"""Spans and metrics around the ports, put in place by the composition root (through
+`Telemetry`), so no adapter knows about telemetry: a client span per chunk index (Qdrant) call
+with the indexing counters, a span per embedding call, the size of each block a rewrite wrote,
+and one trace per batch of the background indexer's work."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from datetime import datetime
+from typing import TypeVar
+
+from opentelemetry import metrics, trace
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.trace import SpanKind
+
+from server.domain.model import (
+    AcceptOutcome,
+    AuditAction,
+    AuditEvent,
+    AuditQuery,
+    Change,
+    ConversationPurge,
+    EncodedQuery,
+    Erasure,
+    IndexedChunk,
+    NewAuditEvent,
+    NewTurn,
+    PrincipalMemory,
+    RetrievalResult,
+    SearchScope,
+    StoredTurn,
+    Tombstone,
+    TurnKey,
+)
+from server.domain.ports import ChunkIndex, Embedder, MemoryStore, TurnBatch, TurnStore
+
+T = TypeVar("T")
+
+
+class TracedChunkIndex:
+    """A `ChunkIndex` with a client span per Qdrant call, counting what upserts index."""
+
+    def __init__(self, index: ChunkIndex, tracer: trace.Tracer, meter: metrics.Meter, engine: str):
+        self._index = index
+        self._tracer = tracer
+        self._attributes = {"db.system.name": "qdrant", "memoria.qdrant.engine": engine}
+        self._turns = meter.create_counter(
+            "memoria.index.turns", unit="{turn}", description="Turns written to the chunk index"
+        )
+        self._chunks = meter.create_counter(
+            "memoria.index.chunks",
+            unit="{chunk}",
+            description="Chunks written to the chunk index",
+        )
+
+    def _span(self, operation: str) -> AbstractContextManager[trace.Span]:
+        return self._tracer.start_as_current_span(
+            f"qdrant {operation}",
+            kind=SpanKind.CLIENT,
+            attributes={**self._attributes, "db.operation.name": operation},
+        )
+
+    def upsert_turn(
+        self, key: TurnKey, turn_time: datetime, chunks: Sequence[IndexedChunk]
+    ) -> None:
+        with self._span("upsert_turn") as span:
+            span.set_attribute("memoria.chunk_count", len(chunks))
+            self._index.upsert_turn(key, turn_time, chunks)
+        self._turns.add(1)
+        self._chunks.add(len(chunks))
+
+    def search(self, scope: SearchScope, query: EncodedQuery, turns: int) -> RetrievalResult:
+        with self._span("search"):
+            return self._index.search(scope, query, turns)
+
+    def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:
+        with self._span("delete_conversation"):
+            self._index.delete_conversation(tenant_id, principal_id, conversation_id)
+
+    def delete_principal(self, tenant_id: str, principal_id: str) -> None:
+        with self._span("delete_principal"):
+            self._index.delete_principal(tenant_id, principal_id)
+
+    def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
+        with self._span("count"):
+            return self._index.count(tenant_id, principal_id, conversation_id)
+
+    def turn_chunks(
+        self, tenant_id: str, principal_id: str, turns: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[str, ...]]:
+        with self._span("turn_chunks"):
+            return self._index.turn_chunks(tenant_id, principal_id, turns)
+
+    def check(self) -> None:
+        """The health monitor's probe: not traced (a trace every few seconds is noise)."""
+        self._index.check()
+
+    def close(self) -> None:
+        self._index.close()
+
+
+class TracedEmbedder:
+    """An `Embedder` with a span per call (the model runs in this process)."""
+
+    def __init__(self, embedder: Embedder, tracer: trace.Tracer):
+        self._embedder = embedder
+        self._tracer = tracer
+
+    @property
+    def model_id(self) -> str:
+        return self._embedder.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self._embedder.dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> list[tuple[tuple[float, ...], ...]]:
+        with self._tracer.start_as_current_span(
+            "embed documents",
+            attributes={"memoria.text_count": len(texts), "memoria.char_count": _chars(texts)},
+        ) as span:
+            vectors = self._embedder.embed_documents(texts)
+            span.set_attribute("memoria.window_count", sum(len(v) for v in vectors))
+            return vectors
+
+    def embed_query(self, text: str) -> tuple[float, ...]:
+        with self._tracer.start_as_current_span(
+            "embed query", attributes={"memoria.char_count": len(text)}
+        ):
+            return self._embedder.embed_query(text)
+
+
+def _chars(texts: Iterable[str]) -> int:
+    return sum(len(t) for t in texts)
+
+
+class MeteredMemoryStore:
+    """A `MemoryStore` that records the size of each block a rewrite wrote.
+
+    Only `apply` is wrapped; reads go straight to the wrapped store's bound method, so the
+    render path pays nothing for it.
+    """
+
+    def __init__(self, store: MemoryStore, meter: metrics.Meter):
+        self._store = store
+        self.read: Callable[..., PrincipalMemory] = store.read
+        self._sizes = meter.create_histogram(
+            "memoria.block.size",
+            unit="{char}",
+            description="Characters (code points) of each block written by a rewrite",
+            explicit_bucket_boundaries_advisory=(100, 250, 500, 1000, 1500, 2000, 3000, 4000),
+        )
+
+    def apply(self, tenant_id: str, change: Change) -> bool:
+        applied = self._store.apply(tenant_id, change)
+        if applied and change.event.action is AuditAction.BLOCK_REWRITTEN:
+            self._sizes.record(change.event.char_count)
+        return applied
+
+    def list_audit(self, tenant_id: str, query: AuditQuery) -> list[AuditEvent]:
+        return self._store.list_audit(tenant_id, query)
+
+
+class TracedTurnStore:
+    """The indexer's `TurnStore`: each batch of work becomes one trace, idle polls none.
+
+    The background worker claims every second whether there is work or not. Outside any
+    span (the worker's loop) its claim statements run with instrumentation suppressed, and a
+    span is started only when the claim brought turns or purges: the embedding, Qdrant and
+    SQL spans of the batch are its children. A claim made inside a span (an IndexTurn that
+    waits) is traced as usual, as part of that call.
+    """
+
+    def __init__(self, turns: TurnStore, tracer: trace.Tracer):
+        self._turns = turns
+        self._tracer = tracer
+
+    def claim(
+        self, limit: int, now: datetime, only: TurnKey | None = None
+    ) -> AbstractContextManager[TurnBatch]:
+        claim = self._turns.claim(limit, now, only)
+        return self._traced(claim, "index turns", lambda batch: len(batch.turns))
+
+    def claim_purges(self, limit: int) -> AbstractContextManager[list[ConversationPurge]]:
+        return self._traced(self._turns.claim_purges(limit), "purge conversations", len)
+
+    @contextmanager
+    def _traced(
+        self, claim: AbstractContextManager[T], name: str, count: Callable[[T], int]
+    ) -> Iterator[T]:
+        background = not trace.get_current_span().get_span_context().is_valid
+        with ExitStack() as stack:
+            if background:
+                with suppress_instrumentation():
+                    work = stack.enter_context(claim)
+            else:
+                work = stack.enter_context(claim)
+            items = count(work)
+            if items or not background:
+                span = stack.enter_context(self._tracer.start_as_current_span(name))
+                span.set_attribute("memoria.item_count", items)
+            yield work
+
+    def accept_turn(self, turn: NewTurn) -> AcceptOutcome:
+        return self._turns.accept_turn(turn)
+
+    def deleted_conversations(self, tenant_id: str, principal_id: str) -> frozenset[str]:
+        return self._turns.deleted_conversations(tenant_id, principal_id)
+
+    def delete_conversation(
+        self, tenant_id: str, principal_id: str, conversation_id: str, event: NewAuditEvent
+    ) -> int | None:
+        return self._turns.delete_conversation(tenant_id, principal_id, conversation_id, event)
+
+    def erase_principal(
+        self, tenant_id: str, principal_id: str, event: NewAuditEvent, purge: Callable[[], None]
+    ) -> Erasure:
+        return self._turns.erase_principal(tenant_id, principal_id, event, purge)
+
+    def list_turns(
+        self, tenant_id: str, principal_id: str, after_row_id: int, limit: int
+    ) -> list[StoredTurn]:
+        return self._turns.list_turns(tenant_id, principal_id, after_row_id, limit)
+
+    def list_tombstones(
+        self, tenant_id: str, principal_id: str, offset: int, limit: int
+    ) -> list[Tombstone]:
+        return self._turns.list_tombstones(tenant_id, principal_id, offset, limit)
