@@ -49,7 +49,7 @@ from server.rpc.servicers import (
     ConversationSearchServicer,
     MemoryBlockServicer,
 )
-from server.rpc.web import Gateway, WebServer, grpc_target
+from server.rpc.web import WEB_DIST, Gateway, WebServer, grpc_target
 from server.storage import migrate
 from server.storage.cache import CachedMemoryStore, PostgresChangeListener
 from server.storage.disk import FreeSpace, startup_refusal
@@ -485,6 +485,7 @@ def start(
                 max_send_message_bytes=settings.max_send_message_bytes,
                 receive_timeout_s=settings.receive_timeout_seconds,
                 cors_origins=settings.http_cors_origins,
+                web_dist=settings.http_page_dir or WEB_DIST,
             ),
             settings.http_listen,
             max_connections=settings.max_receiving_calls,

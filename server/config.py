@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     http_listen: str | None = Field(
         None, description="HOST:PORT for Connect, gRPC-Web and the settings page; unset: off"
     )
+    http_page_dir: Path | None = Field(
+        None, description="the built settings page (scripts/web.sh); unset: web/dist here"
+    )
     http_cors_origins: tuple[str, ...] = Field(
         (), description="origins (https://app.example.com) allowed to call the HTTP port"
     )

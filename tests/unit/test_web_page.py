@@ -1,0 +1,49 @@
+"""The HTTP port serves the built page from its directory (MEMORIA_HTTP_PAGE_DIR, else the
+checkout's web/dist) with the page's security headers, and says how to build it when the
+directory holds no page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from starlette.testclient import TestClient
+
+from server.app import SERVICE_NAMES
+from server.config import Settings
+from server.rpc.web import Gateway
+
+
+def _gateway(page_dir: Path) -> Gateway:
+    return Gateway(
+        "127.0.0.1:9",  # never called: these requests are for the page
+        SERVICE_NAMES,
+        max_receive_message_bytes=1 << 20,
+        max_send_message_bytes=1 << 20,
+        receive_timeout_s=5,
+        web_dist=page_dir,
+    )
+
+
+def test_the_page_directory_is_served_with_its_headers(tmp_path: Path) -> None:
+    (tmp_path / "index.html").write_text("<!doctype html><title>page</title>")
+    (tmp_path / "app.js").write_text("export {};")
+    with TestClient(_gateway(tmp_path).app) as client:
+        page = client.get("/")
+        assert page.status_code == 200
+        assert "<title>page</title>" in page.text
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert client.get("/app.js").status_code == 200
+        assert client.get("/../pyproject.toml").status_code == 404
+
+
+def test_without_a_built_page_it_says_how_to_build_it(tmp_path: Path) -> None:
+    with TestClient(_gateway(tmp_path).app) as client:
+        answer = client.get("/")
+        assert answer.status_code == 503
+        assert "make web" in answer.text
+
+
+def test_the_page_directory_is_a_setting(tmp_path: Path) -> None:
+    assert Settings().http_page_dir is None
+    assert Settings(http_page_dir=tmp_path).http_page_dir == tmp_path
