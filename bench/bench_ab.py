@@ -24,7 +24,7 @@ Usage (from the repository root)::
 ``memoria`` script puts PYTHONPATH ahead of this repository's editable install), which is how
 two versions of the code are compared. An empty A and B (an A/A run) shows the noise.
 
-PostgreSQL as in ``bench_blocks.py`` (MEMORIA_TEST_PG_* or ``scripts/pg.sh start``); the two
+PostgreSQL as in ``bench_blocks.py`` (the durable cluster of ``harness.bench_pg_urls``); the two
 databases ``memoria_bench_a`` and ``memoria_bench_b`` are created afresh and dropped at the
 end. Everything binds and targets 127.0.0.1 only; both servers and every ghz run are stopped
 before the script exits, also on Ctrl-C, SIGTERM or an error, and no run starts that would end
@@ -44,9 +44,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-# bench_blocks.py and procs.py sit beside this script.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_blocks as blocks
+# harness.py and procs.py sit beside this script (its folder is on sys.path).
+import harness as blocks
 from procs import (
     RUN_ENDED,
     BudgetExceeded,
@@ -168,8 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             sides: list[Side] = []
             for label, env in (("A", parse_env(args.a)), ("B", parse_env(args.b))):
-                blocks.DB_NAME = f"memoria_bench_{label.lower()}"
-                database = stack.enter_context(blocks.postgres_database(population))
+                name = f"memoria_bench_{label.lower()}"
+                database = stack.enter_context(blocks.postgres_database(population, name))
                 workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ab-")))
                 server = ServerProcess(
                     [*database.server_args, "--data-dir", str(workdir)],

@@ -34,9 +34,11 @@ Usage (from the repository root)::
     .venv/bin/python bench/bench_blocks.py --duration 3 --rounds 1
     .venv/bin/python bench/bench_blocks.py --sqlite          # the embedded default instead
 
-PostgreSQL comes from MEMORIA_TEST_PG_OWNER_URL / MEMORIA_TEST_PG_APP_URL when both are set,
-else from ``scripts/pg.sh start`` (which it leaves running: it is shared with the tests). The
-database ``memoria_bench`` is dropped and created again on every run, and dropped at the end.
+PostgreSQL is the benchmarks' durable cluster (fsync, synchronous_commit and full_page_writes
+on; ``harness.bench_pg_urls``, started by ``scripts/pg.sh`` under ``.pg-bench/`` and left
+running); ``MEMORIA_BENCH_PG=fast`` measures on the tests' cluster instead, and the report says
+which. The database ``memoria_bench`` is dropped and created again on every run, and dropped
+at the end.
 Everything binds and targets 127.0.0.1 only. Every process the script starts (the server,
 ghz) is stopped before it exits, also on Ctrl-C, SIGTERM or an error.
 """
@@ -44,38 +46,35 @@ ghz) is stopped before it exits, also on Ctrl-C, SIGTERM or an error.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import resource
-import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import grpc
-from sqlalchemy import Engine, create_engine, insert, text
-from sqlalchemy.engine import make_url
-
-from memoria.v1 import memory_block_service_pb2 as pb
-from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
-from server.config import Settings
-from server.domain.text import sanitize
-from server.storage import migrate
-from server.storage.engine import create_store_engine, sqlite_url
-from server.storage.tables import memory_blocks
-
-# procs.py sits beside this script; the repository root holds tests/, whose helper finds the
-# throwaway PostgreSQL exactly as the tests do.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# harness.py and procs.py sit beside this script (its folder is on sys.path).
+from harness import (
+    SERVER_START_TIMEOUT_S,
+    SERVER_STOP_TIMEOUT_S,
+    SERVICE,
+    Database,
+    Population,
+    Rpc,
+    check_answers,
+    ghz_version,
+    postgres_database,
+    rpc_args,
+    rpcs,
+    run_ghz,
+    sqlite_database,
+)
 from procs import (
     HOST,
     RUN_ENDED,
@@ -84,350 +83,19 @@ from procs import (
     failure_outcome,
     find_ghz,
     machine_line,
-    parent_pid,
     percentile_ms,
     process_tree_cpu_seconds,
     raise_on_sigterm,
     software_line,
 )
 
-from tests.postgres_server import pg_urls
+from server.config import Settings
 
-TENANT = "bench"
-DB_NAME = "memoria_bench"
-APP_ROLE = "memoria_app"
-SERVICE = "memoria.v1.MemoryBlockService"
-
-SERVER_START_TIMEOUT_S = 30.0
-SERVER_STOP_TIMEOUT_S = 10.0
 GHZ_EXTRA_TIMEOUT_S = 30.0  # on top of a run's own duration
 WARMUP_REQUESTS = 400
-SEED = 20240601  # the seeded blocks are the same on every run
 
 # Targets from the issue: requests/s of each RPC as a ratio to the no-op's.
 TARGETS = {"render": 0.6, "get": 0.6, "rewrite": 0.3}
-
-
-# --------------------------------------------------------------------------
-# The data: principals and their blocks
-# --------------------------------------------------------------------------
-
-_NAMES = ["Ana", "José", "Mei", "Tomasz", "Zoë", "Kwame", "Priya", "Lars", "Fatima", "Diego"]
-_CITIES = ["Porto", "São Paulo", "Zürich", "Kraków", "Osaka", "Nairobi", "Málaga", "Leeds"]
-_LINE_TEMPLATES = [
-    "Prefers to be called {name}; first name only, no titles, informal tone is fine.",
-    "Lives in {city} with a partner and a {pet} called {name2}; moved there in {year}.",
-    "Works as a {job} at a mid-sized {org}; usually online {hours} local time.",
-    "Likes {food} and {drink}; avoids {avoid} (mild allergy, not life-threatening).",
-    "Speaks {lang} natively and English at work; answer in English unless asked otherwise.",
-    "Current project: migrating a {system} to {target}; deadline end of {month}.",
-    "Prefers short answers with code first, then a two-line explanation; no emojis.",
-    "Has two kids ({age1} and {age2}); school runs at 8:15, so no calls before 9:00.",
-    "Training for a {race} in {month}; runs Tuesdays, Thursdays and long runs on Sundays.",
-    "Reads mostly {genre}; finished '{book}' last month and wants similar suggestions.",
-    "Uses {editor} with vim keys on a {os} laptop; dislikes GUI-only instructions.",
-    "Birthday on {day} {month}; partner's birthday on {day2} {month2}.",
-    "Manages a team of {team} engineers; 1:1s on Wednesdays, planning on Mondays.",
-    "Asked to be reminded that the {thing} renewal is due every {month2}.",
-]
-_FILL = {
-    "pet": ["cat", "dog", "parrot", "rabbit"],
-    "job": ["data engineer", "nurse", "teacher", "product designer", "accountant", "SRE"],
-    "org": ["hospital", "bank", "logistics company", "school district", "startup"],
-    "hours": ["09:00-17:30", "07:00-15:00", "12:00-20:00"],
-    "food": ["ramen", "bacalhau", "falafel", "pierogi", "dal", "tacos"],
-    "drink": ["green tea", "espresso", "mate", "kombucha"],
-    "avoid": ["peanuts", "shellfish", "gluten", "dairy"],
-    "lang": ["Portuguese", "Polish", "Japanese", "Swahili", "German", "Spanish"],
-    "system": ["monolith", "cron-based ETL", "billing service", "search cluster"],
-    "target": ["Kubernetes", "PostgreSQL 16", "a managed queue", "Go"],
-    "month": ["March", "June", "September", "November"],
-    "month2": ["January", "April", "July", "October"],
-    "race": ["half marathon", "10k", "trail race"],
-    "genre": ["science fiction", "history", "crime novels", "poetry"],
-    "book": ["The Dispossessed", "SPQR", "The Big Sleep", "Piranesi"],
-    "editor": ["Neovim", "VS Code", "Emacs", "Helix"],
-    "os": ["Linux", "macOS"],
-    "thing": ["passport", "car insurance", "domain name"],
-}
-
-
-def seeded_block(rng: random.Random) -> str:
-    """A realistic block: 300-1,500 characters of short facts, one per line, some non-ASCII."""
-    goal = rng.randint(300, 1500)
-    lines: list[str] = []
-    size = -1
-    while size < goal:
-        values = {key: rng.choice(options) for key, options in _FILL.items()}
-        values |= {
-            "name": rng.choice(_NAMES),
-            "name2": rng.choice(_NAMES),
-            "city": rng.choice(_CITIES),
-            "year": str(rng.randint(2005, 2024)),
-            "age1": str(rng.randint(2, 9)),
-            "age2": str(rng.randint(10, 17)),
-            "day": str(rng.randint(1, 28)),
-            "day2": str(rng.randint(1, 28)),
-            "team": str(rng.randint(3, 12)),
-        }
-        line = rng.choice(_LINE_TEMPLATES).format(**values)
-        lines.append(line)
-        size += len(line) + 1
-    # Stored blocks are sanitized on write; seed exactly what the server would have stored.
-    return sanitize("\n".join(lines)[:1500])
-
-
-def rewrite_text(run_tag: str, variant: int) -> str:
-    """One of the texts the rewrites of a ghz run send: about 900 characters.
-
-    About the mean size of the seeded blocks, so that the blocks rewritten in one round leave
-    the reads of the next rounds at the same size. `run_tag` differs per ghz run, so a run's
-    first rewrite of a principal never repeats the text an earlier run left there.
-    """
-    fixed = [
-        "likes tea",
-        "lives in Porto",
-        "Works as a data engineer at a mid-sized hospital; usually online 09:00-17:30.",
-        "Prefers short answers with code first, then a two-line explanation; no emojis.",
-        "Has two kids (4 and 12); school runs at 8:15, so no calls before 9:00.",
-        "Training for a half marathon in June; runs Tuesdays, Thursdays and Sundays.",
-        "Reads mostly science fiction; finished 'The Dispossessed' and wants more like it.",
-        "Uses Neovim with vim keys on a Linux laptop; dislikes GUI-only instructions.",
-        "Manages a team of 7 engineers; 1:1s on Wednesdays, planning on Mondays.",
-        "Current project: migrating a billing service to PostgreSQL 16; deadline in June.",
-        "Speaks Portuguese natively and English at work; answer in English by default.",
-        "Asked to be reminded that the passport renewal is due every April.",
-    ]
-    return "\n".join([f"fact {run_tag}-{variant}", *fixed])
-
-
-def rewrite_variants(principals: int) -> int:
-    """How many texts a run cycles through: ghz sends request n the text n mod this and the
-    principal n mod `principals`, so a principal's next rewrite in the run gets a different
-    text exactly when `principals` is not a multiple of it."""
-    return next(k for k in range(7, 7 + principals + 1) if principals % k)
-
-
-@dataclass(frozen=True)
-class Population:
-    """Principals p0..p(with_block-1) have a block; the next `without_block` have none."""
-
-    with_block: int
-    without_block: int
-
-    @property
-    def total(self) -> int:
-        return self.with_block + self.without_block
-
-
-def seed(engine: Engine, population: Population, postgres: bool) -> None:
-    """Insert every seeded block in one bulk insert (as the schema owner on PostgreSQL)."""
-    rng = random.Random(SEED)
-    now = datetime.now(UTC)
-    rows = [
-        {
-            "tenant_id": TENANT,
-            "principal_id": f"p{i}",
-            "text": seeded_block(rng),
-            "etag": secrets.token_hex(8),
-            "update_time": now,
-        }
-        for i in range(population.with_block)
-    ]
-    with engine.begin() as conn:
-        if postgres:
-            # Row-level security is FORCEd, so it binds the owner too: scope the transaction.
-            conn.execute(text("SELECT set_config('app.tenant_id', :t, true)"), {"t": TENANT})
-        conn.execute(insert(memory_blocks), rows)
-    if postgres:
-        with engine.connect() as conn:
-            conn.execute(text("ANALYZE"))  # planner statistics as on a database in use
-            conn.commit()
-
-
-# --------------------------------------------------------------------------
-# The databases
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Database:
-    """Where the server under test keeps its data, and how to describe it."""
-
-    server_args: list[str]
-    description: str
-    owner_url: str  # to check the data afterwards, bypassing the server
-    postmaster_pid: int | None = None  # a local PostgreSQL's, to count its CPU per call
-
-    def audit_events(self) -> tuple[int, set[str]]:
-        """Audit events in the bench tenant (one per effective rewrite) and their principals."""
-        engine = create_engine(self.owner_url)
-        try:
-            with engine.begin() as conn:
-                if engine.dialect.name == "postgresql":
-                    conn.execute(
-                        text("SELECT set_config('app.tenant_id', :t, true)"), {"t": TENANT}
-                    )
-                query = text(
-                    "SELECT principal_id, count(*) FROM audit_events WHERE tenant_id = :t "
-                    "GROUP BY principal_id"
-                )
-                rows = conn.execute(query, {"t": TENANT}).all()
-        finally:
-            engine.dispose()
-        return sum(int(n) for _, n in rows), {str(p) for p, _ in rows}
-
-
-def _check_loopback(url: str) -> None:
-    host = make_url(url).host
-    if host not in (HOST, "localhost"):
-        raise SystemExit(f"refusing to benchmark against a non-loopback database host {host!r}")
-
-
-def _drop_database(admin: Engine, timeout_s: float = 10.0) -> None:
-    """Drop the bench database once the last session has gone.
-
-    The owner may not terminate the service role's sessions (DROP ... WITH (FORCE) then fails),
-    and a stopped server's backends take a moment to exit, so wait for them (bounded).
-    """
-    deadline = time.monotonic() + timeout_s
-    with admin.connect() as conn:
-        sessions = text("SELECT count(*) FROM pg_stat_activity WHERE datname = :d")
-        while conn.execute(sessions, {"d": DB_NAME}).scalar_one() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)'))
-
-
-@contextmanager
-def postgres_database(population: Population) -> Iterator[Database]:
-    """A fresh `memoria_bench` database, migrated and seeded; dropped again afterwards."""
-    owner_url, app_url = pg_urls()
-    _check_loopback(owner_url)
-    _check_loopback(app_url)
-    admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
-    owner_db = make_url(owner_url).set(database=DB_NAME).render_as_string(hide_password=False)
-    app_db = make_url(app_url).set(database=DB_NAME).render_as_string(hide_password=False)
-    try:
-        with admin.connect() as conn:
-            version = conn.execute(text("SHOW server_version")).scalar_one()
-            postmaster = parent_pid(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
-        _drop_database(admin)  # left over from an interrupted run
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{DB_NAME}"'))
-            conn.execute(text(f'GRANT CONNECT ON DATABASE "{DB_NAME}" TO {APP_ROLE}'))
-        owner = create_store_engine(owner_db, pool_size=1)
-        try:
-            migrate.upgrade(owner, app_role=APP_ROLE)
-            started = time.monotonic()
-            seed(owner, population, postgres=True)
-            seeded_s = time.monotonic() - started
-        finally:
-            owner.dispose()
-        yield Database(
-            ["--database-url", app_db],
-            f"PostgreSQL {version} on {make_url(app_url).host}:{make_url(app_url).port}, "
-            f"database {DB_NAME} as {APP_ROLE} (RLS in force); seeded in {seeded_s:.1f}s",
-            owner_db,
-            postmaster,
-        )
-    finally:
-        try:
-            _drop_database(admin)
-        except Exception as error:  # best effort: the report matters more than the cleanup
-            print(f"WARNING: could not drop {DB_NAME}: {error}", file=sys.stderr)
-        admin.dispose()
-
-
-@contextmanager
-def sqlite_database(population: Population) -> Iterator[Database]:
-    """The embedded default in a temporary data directory, migrated and seeded."""
-    with tempfile.TemporaryDirectory(prefix="memoria-bench-") as tmp:
-        data_dir = Path(tmp)
-        engine = create_store_engine(sqlite_url(data_dir), pool_size=1)
-        try:
-            migrate.upgrade(engine)
-            started = time.monotonic()
-            seed(engine, population, postgres=False)
-            seeded_s = time.monotonic() - started
-            with engine.connect() as conn:
-                version = conn.execute(text("SELECT sqlite_version()")).scalar_one()
-        finally:
-            engine.dispose()
-        yield Database(
-            ["--data-dir", str(data_dir)],
-            f"SQLite {version} (embedded default, WAL) in {data_dir}; seeded in {seeded_s:.1f}s",
-            sqlite_url(data_dir),
-        )
-
-
-# --------------------------------------------------------------------------
-# The server under test
-# --------------------------------------------------------------------------
-
-
-def check_answers(port: int, population: Population) -> None:
-    """Prove that the seed is visible through the server before measuring anything."""
-    with grpc.insecure_channel(f"{HOST}:{port}") as channel:
-        stub = pb_grpc.MemoryBlockServiceStub(channel)
-
-        def render(principal: str) -> pb.RenderMemoryBlockResponse:
-            meta = (("x-memoria-tenant", TENANT), ("x-memoria-principal", principal))
-            reply: pb.RenderMemoryBlockResponse = stub.RenderMemoryBlock(
-                pb.RenderMemoryBlockRequest(), metadata=meta, timeout=5
-            )
-            return reply
-
-        if population.with_block and not render("p0").prompt_section.startswith("Personal"):
-            raise RuntimeError("p0 renders no section: the seeded blocks are not visible")
-        if population.without_block and render(f"p{population.with_block}").prompt_section:
-            raise RuntimeError("a principal without a block rendered a section")
-
-
-# --------------------------------------------------------------------------
-# ghz
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Rpc:
-    """One benchmarked call: its label, method, request template and principals it spreads over."""
-
-    label: str
-    call: str
-    principals: int
-    writes: bool = False
-
-    def data(self, run_tag: str) -> str:
-        """ghz's request data. A rewrite's is a JSON array, which ghz sends round-robin (request
-        n gets element n mod its length) and parses once per run. A template (e.g. the request
-        number inside the text) would be rendered and parsed again for every call: measured
-        at about 25 microseconds of ghz CPU per call, taken from the same 2 cores as the
-        server's, that the no-op's static "{}" does not pay."""
-        if not self.writes:
-            return "{}"
-        texts = range(rewrite_variants(self.principals))
-        return json.dumps(
-            [{"text": rewrite_text(run_tag, i), "writer": "WRITER_MODEL"} for i in texts]
-        )
-
-    def metadata(self, offset: int) -> str:
-        # Consecutive requests go to consecutive principals, starting at a different one in
-        # every run; `add` and `mod` are sprig functions, which ghz templates include.
-        principal = f"p{{{{mod (add .RequestNumber {offset}) {self.principals}}}}}"
-        return json.dumps({"x-memoria-tenant": TENANT, "x-memoria-principal": principal})
-
-
-def rpcs(population: Population) -> list[Rpc]:
-    """The four calls: reads spread over every principal, rewrites over those with a block.
-
-    Rewriting only principals that have a block keeps the data set's shape from round to round.
-    """
-    return [
-        Rpc("no-op", "grpc.health.v1.Health/Check", population.total),
-        Rpc("get", f"{SERVICE}/GetMemoryBlock", population.total),
-        Rpc("render", f"{SERVICE}/RenderMemoryBlock", population.total),
-        Rpc("rewrite", f"{SERVICE}/RewriteMemoryBlock", population.with_block, writes=True),
-    ]
 
 
 @dataclass(frozen=True)
@@ -449,34 +117,6 @@ class RunResult:
     @property
     def error_count(self) -> int:
         return sum(self.errors.values())
-
-
-def run_ghz(ghz: str, port: int, args: Sequence[str], timeout_s: float) -> dict[str, Any]:
-    """Run ghz against 127.0.0.1:port with JSON output; return the parsed report."""
-    cmd = [ghz, "--insecure", "--connect-timeout", "5s", "-O", "json", *args, f"{HOST}:{port}"]
-    # A new session keeps Ctrl-C away from ghz; run() kills it when this driver is interrupted.
-    out = subprocess.run(
-        cmd, capture_output=True, timeout=timeout_s, check=False, start_new_session=True
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"ghz failed ({out.returncode}): {out.stderr.decode()[-2000:]}")
-    report: dict[str, Any] = json.loads(out.stdout)
-    return report
-
-
-def rpc_args(rpc: Rpc, concurrency: int, run_tag: str, offset: int) -> list[str]:
-    return [
-        "--call",
-        rpc.call,
-        "-d",
-        rpc.data(run_tag),
-        "-m",
-        rpc.metadata(offset),
-        "-c",
-        str(concurrency),
-        "--connections",
-        "1",
-    ]
 
 
 def to_result(
@@ -719,17 +359,6 @@ def print_report(bench: Bench) -> None:
 
 def _us(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}"
-
-
-def ghz_version(ghz: str) -> str:
-    """The pin bench/ghz.sh recorded (a `go install` build reports itself as "dev"), one line."""
-    stamp = Path(ghz).with_name(".ghz.version")
-    if stamp.exists():
-        text = stamp.read_text()
-    else:
-        out = subprocess.run([ghz, "--version"], capture_output=True, text=True, check=False)
-        text = out.stdout or out.stderr
-    return (text.strip().splitlines() or ["?"])[0]
 
 
 # --------------------------------------------------------------------------

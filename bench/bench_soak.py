@@ -126,22 +126,9 @@ from typing import Any, Protocol
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
 
-from memoria.v1 import conversation_search_service_pb2 as search_pb
-from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
-from memoria.v1 import memory_block_pb2, memory_block_service_pb2
-from memoria.v1 import memory_block_service_pb2_grpc as block_grpc
-from server.config import Settings
-from server.storage import migrate
-from server.storage.engine import sqlite_url
-
-# procs.py, search_corpus.py and bench_blocks.py sit beside this script; bench_blocks needs
-# the repository root (for tests/) on the path.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench_blocks import seeded_block
+# harness.py, procs.py and search_corpus.py sit beside this script (its folder is on sys.path).
+from harness import seeded_block
 from procs import (
     HOST,
     BudgetExceeded,
@@ -153,6 +140,17 @@ from procs import (
     software_line,
 )
 from search_corpus import CorpusGenerator, Turn, describe
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from memoria.v1 import conversation_search_service_pb2 as search_pb
+from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
+from memoria.v1 import memory_block_pb2, memory_block_service_pb2
+from memoria.v1 import memory_block_service_pb2_grpc as block_grpc
+from server.config import Settings
+from server.storage import migrate
+from server.storage.engine import sqlite_url
 
 SERVICE = "memoria.v1.ConversationSearchService"  # SERVING once both stores answer
 RPCS = ("render", "rewrite", "index", "search")

@@ -32,8 +32,8 @@ Usage (from the repository root)::
     .venv/bin/python bench/bench_telemetry.py --rounds 6      # steadier medians
     .venv/bin/python bench/bench_telemetry.py --sqlite        # the embedded default instead
 
-PostgreSQL as in bench_blocks.py (``scripts/pg.sh start`` unless MEMORIA_TEST_PG_* are set;
-database ``memoria_bench``, dropped at the end). Everything binds and targets 127.0.0.1
+PostgreSQL as in bench_blocks.py (the durable cluster of ``harness.bench_pg_urls``, or the
+tests' with ``MEMORIA_BENCH_PG=fast``; database ``memoria_bench``, dropped at the end). Everything binds and targets 127.0.0.1
 only; every process started here is stopped before it exits, also on Ctrl-C or SIGTERM.
 Exit status 0 when every run finished with no failed call and spans reached the collector;
 a missed target is reported, not an exit status.
@@ -52,13 +52,13 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-# bench_blocks.py and procs.py sit beside this script; the repository root holds tests/, whose
-# stand-in collector the "on" server exports to.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench_blocks import (
+# harness.py and procs.py sit beside this script (its folder is on sys.path); the harness
+# provides the stand-in collector the "on" server exports to.
+from harness import (
     SERVICE,
     TENANT,
     Database,
+    GrpcCollectorStub,
     Population,
     check_answers,
     ghz_version,
@@ -78,8 +78,6 @@ from procs import (
     raise_on_sigterm,
     software_line,
 )
-
-from tests.otlp_stub import GrpcCollectorStub
 
 TARGET = 0.9  # requests/s with telemetry on, as a ratio to off (issue 5)
 SERVER_START_TIMEOUT_S = 30.0

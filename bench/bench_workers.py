@@ -48,9 +48,8 @@ from pathlib import Path
 
 import grpc
 
-# bench/ is on the path as this script's folder; the repository root holds tests/.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench_blocks import (
+# harness.py and procs.py sit beside this script (its folder is on sys.path).
+from harness import (
     SERVER_START_TIMEOUT_S,
     SERVER_STOP_TIMEOUT_S,
     SERVICE,
@@ -60,6 +59,7 @@ from bench_blocks import (
     check_answers,
     ghz_version,
     postgres_database,
+    qdrant_process,
     rpcs,
     run_ghz,
 )
@@ -75,8 +75,6 @@ from procs import (
     raise_on_sigterm,
     software_line,
 )
-
-from tests.qdrant_server import qdrant_process
 
 GHZ_EXTRA_TIMEOUT_S = 30.0
 WARMUP_PASSES = 3  # render calls per principal before measuring: fills every process's cache

@@ -8,6 +8,13 @@
 #
 # Typical use:  eval "$(scripts/pg.sh start)"
 #
+# Durability: for tests the server runs with fsync, synchronous_commit and full_page_writes
+# off (several times faster set-up and teardown; nothing here must survive a power cut). With
+# MEMORIA_PG_DURABLE=1 they stay on, as on a server a user runs: the benchmarks' figures are
+# measured that way (bench/harness.py starts such a cluster of its own). The setting applies
+# when the server starts; `start` on a running server says which mode it runs in and refuses a
+# mismatch.
+#
 # stdout carries only the two `export ...` lines so that callers can eval it;
 # everything else (progress, errors, server output) goes to stderr.
 #
@@ -57,6 +64,20 @@ die() {
 }
 
 is_root() { [[ $(id -u) -eq 0 ]]; }
+
+durable() { [[ ${MEMORIA_PG_DURABLE:-0} == 1 ]]; }
+
+# One value from the server (superuser, over the socket) on stdout; as_server would send it
+# to stderr.
+server_value() {
+    local sockdir="$1" port="$2" sql="$3"
+    local cmd=("$BINDIR/psql" -X -q -At -h "$sockdir" -p "$port" -U "$SUPERUSER" -d postgres -c "$sql")
+    if is_root; then
+        (cd / && runuser -u postgres -- "${cmd[@]}") 9>&- 2>/dev/null
+    else
+        (cd / && "${cmd[@]}") 9>&- 2>/dev/null
+    fi
+}
 
 # initdb and postgres refuse to run as root, so as root the cluster belongs to
 # the Debian `postgres` system user; otherwise it belongs to whoever runs us.
@@ -243,10 +264,13 @@ start_server() {
     # A shell command line, parsed by /bin/sh inside pg_ctl: quote the path.
     local sockdir_q
     sockdir_q="$(printf '%q' "$RUN")"
-    # Durability is pointless for a throwaway server; these settings make
-    # test setup and teardown several times faster.
+    # Durability is pointless for a throwaway test server; these settings make
+    # test setup and teardown several times faster. MEMORIA_PG_DURABLE=1 keeps
+    # PostgreSQL's defaults (all on), for figures a user may compare.
     local opts="-p $PORT -k $sockdir_q -c listen_addresses=127.0.0.1"
-    opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    if ! durable; then
+        opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    fi
     opts+=" -c max_connections=200 -c shared_buffers=128MB"
     [[ -e $LOG ]] || : >"$LOG"
     if is_root; then chown -- postgres: "$LOG"; fi
@@ -350,6 +374,12 @@ cmd_start() {
         sockdir="$RUN"
     fi
     wait_ready "$sockdir" "$port"
+    local fsync want=off
+    ! durable || want=on
+    fsync="$(server_value "$sockdir" "$port" "SHOW fsync")"
+    [[ $fsync == "$want" ]] ||
+        die "the server in $DATA runs with fsync=$fsync, but MEMORIA_PG_DURABLE=${MEMORIA_PG_DURABLE:-0} asks for fsync=$want; run '$0 stop' first"
+    log "durability: fsync=$fsync"
     ensure_roles "$sockdir" "$port"
     log "ready"
     export_lines
