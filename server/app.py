@@ -486,6 +486,7 @@ def start(
                 receive_timeout_s=settings.receive_timeout_seconds,
                 cors_origins=settings.http_cors_origins,
                 web_dist=settings.http_page_dir or WEB_DIST,
+                loopback_only=is_loopback(listen_host(settings.http_listen)),
             ),
             settings.http_listen,
             max_connections=settings.max_receiving_calls,

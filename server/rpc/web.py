@@ -277,6 +277,38 @@ def _metadata(request: Request) -> list[tuple[str, str]]:
     return metadata
 
 
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
+"""The Host names a loopback-only HTTP port answers to (see _LoopbackHosts)."""
+
+
+class _LoopbackHosts:
+    """Refuses requests whose Host is not a loopback name (ASGI middleware).
+
+    On loopback the server trusts the x-memoria-* headers, and a page of another site can
+    make a browser call it under that site's own name by DNS rebinding (the name re-resolves
+    to 127.0.0.1, so the browser counts the calls as same-origin and CORS never applies).
+    Its Host header then still carries the other name. Written here rather than Starlette's
+    TrustedHostMiddleware, which cuts the port off at the first ':' and so cannot match
+    '[::1]:8080'.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1").lower()
+            name = host.rpartition(":")[0] if re.search(r":\d+$", host) else host
+            if name not in LOOPBACK_HOSTS:
+                refusal = PlainTextResponse(
+                    "This server answers only to 127.0.0.1, localhost and [::1].",
+                    status_code=403,
+                )
+                await refusal(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
+
+
 class _PageHeaders:
     """Adds the page's security headers to every static response (ASGI middleware)."""
 
@@ -307,7 +339,10 @@ class Gateway:
         receive_timeout_s: float,
         cors_origins: Sequence[str] = (),
         web_dist: Path = WEB_DIST,
+        loopback_only: bool = False,
     ) -> None:
+        """`loopback_only`: the port listens on loopback, and only loopback Host names are
+        answered (against DNS rebinding, see _LoopbackHosts)."""
         self._target = grpc_target
         self._methods = methods(service_names)
         self._max_receive = max_receive_message_bytes
@@ -346,6 +381,8 @@ class Gateway:
                     max_age=600,
                 )
             )
+        if loopback_only:
+            middleware.insert(0, Middleware(_LoopbackHosts))
         self.app = Starlette(routes=routes, middleware=middleware, lifespan=self._lifespan)
 
     @contextlib.asynccontextmanager

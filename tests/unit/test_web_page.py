@@ -47,3 +47,29 @@ def test_without_a_built_page_it_says_how_to_build_it(tmp_path: Path) -> None:
 def test_the_page_directory_is_a_setting(tmp_path: Path) -> None:
     assert Settings().http_page_dir is None
     assert Settings(http_page_dir=tmp_path).http_page_dir == tmp_path
+
+
+def test_a_loopback_port_answers_only_to_loopback_names(tmp_path: Path) -> None:
+    """Against DNS rebinding: another site's name re-resolved to 127.0.0.1 is refused."""
+    (tmp_path / "index.html").write_text("<!doctype html><title>page</title>")
+    gateway = Gateway(
+        "127.0.0.1:9",
+        SERVICE_NAMES,
+        max_receive_message_bytes=1 << 20,
+        max_send_message_bytes=1 << 20,
+        receive_timeout_s=5,
+        web_dist=tmp_path,
+        loopback_only=True,
+    )
+    with TestClient(gateway.app) as client:
+        for host in ("127.0.0.1:8080", "localhost:8080", "LOCALHOST", "[::1]:8080", "[::1]"):
+            assert client.get("/", headers={"host": host}).status_code == 200, host
+        for host in ("evil.example", "evil.example:8080", "127.0.0.1.evil.example", "", "[::2]"):
+            refused = client.get("/", headers={"host": host})
+            assert refused.status_code == 403, host
+            refused = client.post(
+                "/memoria.v1.MemoryBlockService/GetMemoryBlock",
+                content=b"{}",
+                headers={"host": host, "content-type": "application/json"},
+            )
+            assert refused.status_code == 403, host
