@@ -54,7 +54,7 @@ from server.storage import migrate
 from server.storage.cache import CachedMemoryStore, PostgresChangeListener
 from server.storage.disk import FreeSpace, startup_refusal
 from server.storage.engine import create_store_engine, sqlite_url
-from server.storage.inspections import SqlInspectionStore
+from server.storage.inspections import BufferedInspectionStore, SqlInspectionStore
 from server.storage.secret_detector import DetectSecretsDetector
 from server.storage.sql import SqlMemoryStore
 from server.storage.turns import SqlTurnStore
@@ -272,15 +272,10 @@ def build_search_parts(
     return SearchParts(turns, index, embedder, keywords, indexer)
 
 
-def build_inspections(settings: Settings, store: SqlMemoryStore) -> SqlInspectionStore:
-    """The inspector's records, in the memory store's database."""
-    return SqlInspectionStore(store)
-
-
 def inspection_purge(settings: Settings, store: SqlMemoryStore) -> Callable[[int], int]:
     """The background removal of inspector records past the retention (for IndexWorker)."""
     retention = timedelta(days=settings.inspection_retention_days)
-    inspections = build_inspections(settings, store)
+    inspections = SqlInspectionStore(store)
     return lambda limit: inspections.purge(utc_now() - retention, limit)
 
 
@@ -323,6 +318,8 @@ class Running:
     admission: AdmissionInterceptor
     web: WebServer | None = None
     """The HTTP port (Connect, gRPC-Web, the settings page) when MEMORIA_HTTP_LISTEN is set."""
+    inspections: BufferedInspectionStore | None = None
+    """The inspector's record writer, closed (what is queued written) before the store."""
 
     def stop(self, grace: float) -> None:
         """Report NOT_SERVING, drain in-flight calls for up to `grace` seconds, close stores."""
@@ -336,6 +333,8 @@ class Running:
         self.admission.stop()
         self.monitor.stop()  # before the stores close, so no probe reports them down
         self.worker.stop()
+        if self.inspections is not None:
+            self.inspections.close()
         self.telemetry.shutdown()  # flushes what is buffered (the outbox gauges read SQL)
         self.index.close()
         if self.listener is not None:
@@ -364,7 +363,8 @@ def start(
     reads, listener = build_read_cache(settings, store)
     # One credential detector for the block's refusal and the turns' redaction (thread-safe).
     secrets_detector = DetectSecretsDetector()
-    inspections = build_inspections(settings, store)
+    # Written from a background thread: a render naming its turn only queues its record.
+    inspections = BufferedInspectionStore(SqlInspectionStore(store))
     blocks = MemoryBlocks(
         telemetry.memory_store(reads),
         utc_now,
@@ -506,4 +506,5 @@ def start(
         monitor,
         admission,
         web,
+        inspections,
     )

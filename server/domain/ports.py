@@ -227,8 +227,14 @@ class InspectionStore(Protocol):
         """Append a search record for the turn, unless its conversation is deleted."""
         ...
 
+    def flush(self) -> None:
+        """Return once every record made before this call is in the store (a buffering
+        adapter writes in the background)."""
+        ...
+
     def read(self, key: TurnKey) -> TurnRecords:
-        """Everything recorded for the turn, oldest first."""
+        """Everything recorded for the turn, oldest first, including every record made
+        before this call."""
         ...
 
     def purge(self, before: datetime, limit: int) -> int:

@@ -516,6 +516,8 @@ class ConversationSearch:
             create_time=self._clock(),
             actor_principal_id=who.principal_id,
         )
+        if self._inspections is not None:
+            self._inspections.flush()  # no record made before the erasure may outlive it
         return self._turns.erase_principal(
             who.tenant_id,
             target,

@@ -52,7 +52,10 @@ def render(
 
 
 def recorded(api: Api, tenant: str | None = None) -> int:
-    """How many records the tenant has (as the service role, under its tenant's scope)."""
+    """How many records the tenant has (as the service role, under its tenant's scope), once
+    the server's background writer has written what was recorded before."""
+    assert api.running.inspections is not None
+    api.running.inspections.flush()
     stmt = select(func.count()).select_from(turn_inspections)
     with api.running.store.transaction(tenant or api.tenant) as tx:
         count: int = tx.connection.execute(
