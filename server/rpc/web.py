@@ -411,6 +411,16 @@ class Gateway:
                 "use Connect (application/json or application/proto) or gRPC-Web",
                 status_code=415,
             )
+        encoding = request.headers.get(
+            "content-encoding" if protocol.startswith("connect") else "grpc-encoding", "identity"
+        )
+        if encoding.strip().lower() != "identity":
+            # Browsers' Connect and gRPC-Web clients send uncompressed requests by default;
+            # Connect's rule for an encoding the server lacks is UNIMPLEMENTED.
+            failure = _Failure(
+                grpc.StatusCode.UNIMPLEMENTED, "compressed requests are not accepted", b""
+            )
+            return self._error(protocol, failure)
         try:
             body = await self._body(request, protocol)
             payload = self._payload(method, protocol, body)

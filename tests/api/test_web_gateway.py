@@ -5,12 +5,14 @@ unless origins are listed. Raw HTTP (httpx), so each protocol's bytes are what i
 from __future__ import annotations
 
 import base64
+import dataclasses
+import gzip
 import json
 import random
 import statistics
 import time
+import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,20 +27,27 @@ from tests.api.conftest import Api, server_settings, serving
 BLOCKS = "/memoria.v1.MemoryBlockService"
 
 
-@pytest.fixture
-def web(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Api, httpx.Client]]:
+@pytest.fixture(scope="module")
+def web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    """One server for the module (each test gets a tenant of its own from `web`)."""
     settings = server_settings(
         "sqlite",
-        request,
-        tmp_path,
+        None,  # type: ignore[arg-type]
+        tmp_path_factory.mktemp("web-gateway"),
         http_listen="127.0.0.1:0",
         http_cors_origins=("https://app.example.com",),
         max_receive_message_bytes=64 << 10,
     )
     with serving(settings) as api:
-        assert api.running.web is not None
-        with httpx.Client(base_url=f"http://127.0.0.1:{api.running.web.port}") as client:
-            yield api, client
+        yield api
+
+
+@pytest.fixture
+def web(web_server: Api) -> Iterator[tuple[Api, httpx.Client]]:
+    api = dataclasses.replace(web_server, tenant=f"t-{uuid.uuid4().hex[:10]}")
+    assert api.running.web is not None
+    with httpx.Client(base_url=f"http://127.0.0.1:{api.running.web.port}") as client:
+        yield api, client
 
 
 def _who(api: Api, principal: str = "ana") -> dict[str, str]:
@@ -310,3 +319,13 @@ def test_calls_on_one_connection_are_not_delayed(web: tuple[Api, httpx.Client]) 
         durations.append(time.perf_counter() - started)
         assert answer.status_code == 200
     assert statistics.median(durations[1:]) < 0.025, durations
+
+
+def test_compressed_requests_are_unimplemented(web: tuple[Api, httpx.Client]) -> None:
+    api, client = web
+    answer = client.post(
+        f"{BLOCKS}/GetMemoryBlock",
+        content=gzip.compress(b"{}"),
+        headers={**_who(api), "content-type": "application/json", "content-encoding": "gzip"},
+    )
+    assert (answer.status_code, answer.json()["code"]) == (501, "unimplemented")
