@@ -10,9 +10,11 @@ import gzip
 import json
 import random
 import statistics
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -329,3 +331,36 @@ def test_compressed_requests_are_unimplemented(web: tuple[Api, httpx.Client]) ->
         headers={**_who(api), "content-type": "application/json", "content-encoding": "gzip"},
     )
     assert (answer.status_code, answer.json()["code"]) == (501, "unimplemented")
+
+
+@pytest.mark.parametrize("protocol", ["connect", "grpcweb"])
+def test_buf_curl_speaks_to_it(web: tuple[Api, httpx.Client], protocol: str) -> None:
+    """Another implementation of both protocols (buf curl, on connect-go) over HTTP/1.1."""
+    api, client = web
+    root = Path(__file__).parents[2]
+    who = [arg for key, value in _who(api).items() for arg in ("-H", f"{key}: {value}")]
+    command = [str(root / ".venv" / "bin" / "buf"), "curl", "--protocol", protocol]
+    command += ["--schema", str(root / "proto"), *who]
+    base = str(client.base_url).rstrip("/")
+    url = f"{base}{BLOCKS}/RewriteMemoryBlock"
+    saved = subprocess.run(
+        [*command, "-d", '{"text": "via buf curl", "writer": "WRITER_USER"}', url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(saved.stdout)["memoryBlock"]["text"] == "via buf curl"
+    refused = subprocess.run(
+        [*command, "-d", '{"text": " ", "writer": "WRITER_USER"}', url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0
+    error = json.loads(refused.stderr)
+    assert error["code"] == "invalid_argument"
+    assert [d["type"] for d in error["details"]] == [
+        "google.rpc.ErrorInfo",
+        "google.rpc.BadRequest",
+    ]
