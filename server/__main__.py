@@ -58,6 +58,16 @@ def _parser() -> argparse.ArgumentParser:
         help="vacuum the embedded chunk index (deleted and replaced chunks); server stopped",
     )
     compact.add_argument("--data-dir", type=Path)
+    reindex = sub.add_parser(
+        "reindex",
+        help="encode stored chunks again in the current keyword representation now, with "
+        "progress (servers and workers also do it in the background); embedded: server stopped",
+    )
+    reindex.add_argument("--data-dir", type=Path)
+    reindex.add_argument("--qdrant-url", help="the Qdrant server, e.g. http://qdrant:6333")
+    reindex.add_argument(
+        "--qdrant-grpc-port", type=int, help="Qdrant gRPC port (default: the URL's port + 1)"
+    )
     mcp = sub.add_parser(
         "mcp",
         help="serve the model's tools and memory prompt section over MCP (stdio or HTTP), as a "
@@ -149,6 +159,8 @@ def main(argv: list[str] | None = None) -> None:
             _worker(settings)
         elif args.command == "compact":
             _compact(settings)
+        elif args.command == "reindex":
+            _reindex(settings)
         elif args.worker_index is None and settings.workers > 1:
             _serve_workers(settings, args)
         else:
@@ -202,6 +214,32 @@ def _compact(settings: Settings) -> None:
     log.info("done")
 
 
+def _reindex(settings: Settings) -> None:
+    """Encode every chunk of an older keyword representation again, to the end, printing
+    progress (server/domain/reindex.py). Searches keep working meanwhile on a Qdrant server;
+    the embedded index belongs to one process, so there it runs with the server stopped (a
+    running server does the same in its worker threads)."""
+    from server.app import build_chunk_index, build_embedder
+    from server.domain.keywords import KeywordEncoder
+    from server.domain.reindex import KeywordReindexer
+
+    index = build_chunk_index(settings, build_embedder(settings))
+    try:
+        reindexer = KeywordReindexer(index, KeywordEncoder())
+
+        def show(done: int, total: int) -> None:
+            print(f"memoria reindex: {done}/{total} chunks", file=sys.stderr, flush=True)
+
+        done = reindexer.run(REINDEX_BATCH, show)
+    finally:
+        index.close()
+    log.info("reindex done: %d chunks encoded again", done)
+
+
+REINDEX_BATCH = 256
+"""Chunks per step of `memoria reindex` (each step is one scroll and one update request)."""
+
+
 def _worker(settings: Settings) -> None:
     """Index turns until SIGTERM. Separate worker processes need shared stores: the embedded
     SQLite database and Qdrant engine belong to the one `memoria serve` process that opened
@@ -209,6 +247,7 @@ def _worker(settings: Settings) -> None:
     import threading
 
     from server.app import build_engine, build_search_parts, inspection_purge
+    from server.domain.reindex import KeywordReindexer
     from server.storage.sql import SqlMemoryStore
     from server.telemetry import setup_telemetry
     from server.worker import IndexWorker
@@ -227,7 +266,10 @@ def _worker(settings: Settings) -> None:
         parts.indexer,
         threads=max(settings.index_worker_threads, 1),
         batch_size=settings.index_batch_size,
-        purges=(inspection_purge(settings, store),),
+        purges=(
+            inspection_purge(settings, store),
+            KeywordReindexer(parts.index, parts.keywords).run_once,
+        ),
     )
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())

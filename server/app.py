@@ -32,6 +32,7 @@ from server.domain.inspection import TurnInspector
 from server.domain.keywords import KeywordEncoder
 from server.domain.memory import MemoryBlocks
 from server.domain.ports import ChunkIndex, Embedder, MemoryStore
+from server.domain.reindex import KeywordReindexer
 from server.domain.search import ConversationSearch, Indexer, search_index
 from server.health import HealthMonitor, store_dependencies
 from server.rpc.auth import (
@@ -382,7 +383,10 @@ def start(
         threads=settings.index_worker_threads,
         batch_size=settings.index_batch_size,
         space=space,
-        purges=(inspection_purge(settings, store),),
+        purges=(
+            inspection_purge(settings, store),
+            KeywordReindexer(parts.index, parts.keywords).run_once,
+        ),
     )
     search = ConversationSearch(
         parts.turns,

@@ -22,6 +22,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import Stemmer
 import unicodedata2 as unicodedata
@@ -37,6 +38,14 @@ BM25_B = 0.75
 AVERAGE_TERMS = 256.0
 """Assumed average chunk length in terms, for length normalization. Fixed (not measured on
 the corpus) so that an indexed chunk never needs re-encoding; Qdrant's own BM25 uses 256."""
+
+KEYWORD_VERSION = 2
+"""The keyword representation of a chunk that the index holds (recorded with each point).
+
+1: the chunk's text alone. 2: the turn's date as words ("8 May 2023", see
+`keyword_document`), then the text. Chunks of an older version keep being searched as they
+are while the index worker encodes them again from their stored text and time
+(server/domain/reindex.py)."""
 
 _CONNECTORS = "-_./:@#+"
 _CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
@@ -109,6 +118,38 @@ class KeywordEncoder:
         """Weight 1 per distinct query term; the engine multiplies in each term's IDF."""
         indices = sorted({_index(t) for t in self.terms(text)})
         return SparseVector(indices=tuple(indices), values=tuple(1.0 for _ in indices))
+
+
+def keyword_document(text: str, turn_time: datetime) -> str:
+    """What the keyword side indexes for a chunk: the turn's date as words, then the text.
+
+    Questions about the past often name the time ("what did I cook on 3 May?", "in March
+    2023"), and the date a turn happened is part of what it says, but the turn's own text
+    rarely spells it. Measured on real conversations (LoCoMo, bench/search_levers.py): with
+    the date, keyword recall@1 0.460 -> 0.485 and hybrid MRR@10 0.587 -> 0.612. Only the
+    keyword side gets it: the semantic model gained nothing from a date (0.339 either way).
+    The date is the turn time's (UTC) day, month name and year; the stored and shown text
+    stays the chunk's own.
+    """
+    day = turn_time.astimezone(UTC)
+    month = _MONTHS[day.month - 1]  # not %B, which follows the process's locale
+    return f"{day.day} {month} {day.year}\n\n{text}"
+
+
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 
 
 def _bigrams(run: str) -> Iterator[str]:

@@ -156,6 +156,19 @@ class IndexedChunk:
     text: str
     dense: tuple[tuple[float, ...], ...]
     sparse: SparseVector
+    keyword_version: int = 1
+    """Which keyword representation `sparse` encodes (server/domain/keywords.py,
+    KEYWORD_VERSION); 1 is the chunk's text alone, as before versions were recorded."""
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """A chunk as the index holds it, enough to encode its keyword vector again."""
+
+    key: TurnKey
+    chunk_index: int
+    text: str
+    turn_time: datetime
 
 
 @dataclass(frozen=True)

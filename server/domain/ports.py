@@ -24,6 +24,8 @@ from server.domain.model import (
     RetrievalResult,
     SearchRecord,
     SearchScope,
+    SparseVector,
+    StoredChunk,
     StoredTurn,
     Tombstone,
     TurnKey,
@@ -83,6 +85,22 @@ class ChunkIndex(Protocol):
     def search(self, scope: SearchScope, query: EncodedQuery, turns: int) -> RetrievalResult:
         """Keyword and semantic retrieval over the scope's chunks, each side reduced to the
         best chunk per turn and cut to `turns` turns. Raises if either side fails."""
+        ...
+
+    def stale_keyword_chunks(self, version: int, limit: int) -> Sequence[StoredChunk]:
+        """Up to `limit` chunks of any tenant whose keyword vector was made by another
+        keyword representation than `version` (chunks without a recorded one are version 1)."""
+        ...
+
+    def count_stale_keyword_chunks(self, version: int) -> int:
+        """How many chunks `stale_keyword_chunks` has left to give."""
+        ...
+
+    def set_keyword_vectors(
+        self, updates: Sequence[tuple[StoredChunk, SparseVector]], version: int
+    ) -> None:
+        """Replace each chunk's keyword vector and record `version` with it; its dense vector,
+        text and time stay. A chunk deleted meanwhile stays deleted."""
         ...
 
     def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:

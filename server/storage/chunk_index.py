@@ -13,13 +13,15 @@ Layout of the one collection (one for all tenants, DESIGN 4):
   hits by turn on the client; see qdrant_edge.py).
 - Payload: tenant_id, principal_id, conversation_id, turn_id, chunk_index (int), turn_time
   (int, microseconds since the Unix epoch, UTC: exact, ordered and engine-neutral), text,
-  and turn_key (the turn's UUID as a string: one keyword to group by and to delete by).
+  turn_key (the turn's UUID as a string: one keyword to group by and to delete by), and
+  keyword_version (int: the keyword representation of the sparse vector, KEYWORD_VERSION in
+  server/domain/keywords.py; absent on points written before it, which are version 1).
   No booleans anywhere: the embedded engine's boolean filters silently never match.
 - Vectors: "dense", a MAX_SIM multivector of unit vectors compared by cosine (one vector per
   window of the chunk); "keyword", a sparse BM25 term-frequency vector with the engine's IDF
   modifier.
 - Payload indexes: keyword on tenant_id (marked is_tenant), principal_id, conversation_id and
-  turn_key; integer on chunk_index.
+  turn_key; integer on chunk_index and keyword_version.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from server.domain.chunking import MAX_CHUNKS
-from server.domain.model import ChunkHit, IndexedChunk, SearchScope, TurnKey
+from server.domain.model import ChunkHit, IndexedChunk, SearchScope, StoredChunk, TurnKey
 
 DENSE_VECTOR = "dense"
 """Name of the semantic (multi)vector."""
@@ -48,6 +50,7 @@ TURN_KEY = "turn_key"
 CHUNK_INDEX = "chunk_index"
 TURN_TIME = "turn_time"
 TEXT = "text"
+KEYWORD_VERSION_FIELD = "keyword_version"
 
 SCHEMA_VERSION = 1
 """Version of the point layout above; recorded with the collection, checked on open."""
@@ -76,6 +79,7 @@ PAYLOAD_INDEXES: tuple[tuple[str, IndexKind], ...] = (
     (CONVERSATION_ID, IndexKind.KEYWORD),
     (TURN_KEY, IndexKind.KEYWORD),
     (CHUNK_INDEX, IndexKind.INTEGER),
+    (KEYWORD_VERSION_FIELD, IndexKind.INTEGER),
 )
 """Every filtered or grouped field is indexed; tenant_id co-locates each tenant's points."""
 
@@ -182,7 +186,23 @@ def chunk_payload(key: TurnKey, turn_time: datetime, chunk: IndexedChunk) -> dic
         CHUNK_INDEX: chunk.chunk_index,
         TURN_TIME: to_epoch_micros(turn_time),
         TEXT: chunk.text,
+        KEYWORD_VERSION_FIELD: chunk.keyword_version,
     }
+
+
+def stored_chunk(payload: Mapping[str, Any]) -> StoredChunk:
+    """The chunk a stored point's payload describes (for encoding its keyword vector again)."""
+    return StoredChunk(
+        key=TurnKey(
+            str(payload[TENANT_ID]),
+            str(payload[PRINCIPAL_ID]),
+            str(payload[CONVERSATION_ID]),
+            str(payload[TURN_ID]),
+        ),
+        chunk_index=int(payload[CHUNK_INDEX]),
+        text=str(payload[TEXT]),
+        turn_time=from_epoch_micros(int(payload[TURN_TIME])),
+    )
 
 
 def chunk_hit(payload: Mapping[str, Any], score: float) -> ChunkHit:
@@ -226,12 +246,14 @@ class FilterSpec:
     """An engine-neutral filter: each adapter translates it to its client's Filter type.
 
     A point matches when every `must` field equals its value, no `must_not_in` field has
-    one of the listed values, and (when set) its chunk_index is at least `min_chunk_index`.
+    one of the listed values, no `must_not_number` field equals its integer (a point without
+    the field matches), and (when set) its chunk_index is at least `min_chunk_index`.
     """
 
     must: tuple[tuple[str, str], ...]
     must_not_in: tuple[tuple[str, tuple[str, ...]], ...] = ()
     min_chunk_index: int | None = None
+    must_not_number: tuple[tuple[str, int], ...] = ()
 
 
 def scope_filter(scope: SearchScope) -> FilterSpec:
@@ -254,6 +276,12 @@ def owner_filter(
     if conversation_id is not None:
         must.append((CONVERSATION_ID, conversation_id))
     return FilterSpec(must=tuple(must))
+
+
+def stale_keywords_filter(version: int) -> FilterSpec:
+    """Every chunk, of any tenant, whose keyword vector is not of representation `version`
+    (chunks written before versions were recorded have no version field: they match)."""
+    return FilterSpec(must=(), must_not_number=((KEYWORD_VERSION_FIELD, version),))
 
 
 def stale_chunks_filter(key: TurnKey, chunk_count: int) -> FilterSpec:

@@ -71,10 +71,12 @@ from qdrant_edge import (
     MultiVectorConfig,
     PayloadSchemaType,
     Point,
+    PointVectors,
     Query,
     QueryBatchRequest,
     QueryRequest,
     RangeFloat,
+    ScrollRequest,
     SparseVector,
     UpdateOperation,
 )
@@ -86,12 +88,15 @@ from server.domain.model import (
     IndexedChunk,
     RetrievalResult,
     SearchScope,
+    StoredChunk,
     TurnKey,
 )
+from server.domain.model import SparseVector as DomainSparseVector
 from server.storage.chunk_index import (
     CHUNK_INDEX,
     DENSE_VECTOR,
     KEYWORD_VECTOR,
+    KEYWORD_VERSION_FIELD,
     PAYLOAD_INDEXES,
     ChunkIndexError,
     ChunkIndexLockedError,
@@ -107,6 +112,8 @@ from server.storage.chunk_index import (
     point_id,
     scope_filter,
     stale_chunks_filter,
+    stale_keywords_filter,
+    stored_chunk,
     turn_point_ids,
 )
 
@@ -189,7 +196,8 @@ def _filter(spec: FilterSpec) -> Filter:
     must_not: list[Any] = [
         FieldCondition(key, match=MatchAny(list(values))) for key, values in spec.must_not_in
     ]
-    return Filter(must=must, must_not=must_not or None)
+    must_not += [FieldCondition(key, match=MatchValue(n)) for key, n in spec.must_not_number]
+    return Filter(must=must or None, must_not=must_not or None)
 
 
 def _open_error(error: Exception, data_dir: Path) -> ChunkIndexError:
@@ -385,6 +393,55 @@ class QdrantEdgeChunkIndex:
         )
 
     @_engine_errors()
+    def stale_keyword_chunks(self, version: int, limit: int) -> list[StoredChunk]:
+        """Up to `limit` chunks whose keyword vector is not of `version` (one scroll)."""
+        records, _next = self._shard.scroll(
+            ScrollRequest(
+                limit=limit,
+                filter=_filter(stale_keywords_filter(version)),
+                with_payload=True,
+                with_vector=False,
+            )
+        )
+        return [stored_chunk(r.payload or {}) for r in records]
+
+    def count_stale_keyword_chunks(self, version: int) -> int:
+        """Exact number of chunks whose keyword vector is not of `version`."""
+        return self._shard.count(
+            CountRequest(exact=True, filter=_filter(stale_keywords_filter(version)))
+        )
+
+    def set_keyword_vectors(
+        self, updates: Sequence[tuple[StoredChunk, DomainSparseVector]], version: int
+    ) -> None:
+        """Replace the keyword vectors of the chunks that still exist, then record `version`.
+
+        The engine refuses a vector update of a missing point, so the chunks deleted since
+        they were read are left out first. A crash between the two updates leaves a new
+        vector under the old version, which the next run writes again (idempotent)."""
+        ids = {point_id(chunk.key, chunk.chunk_index): sparse for chunk, sparse in updates}
+        existing: list[uuid.UUID | str | int] = [
+            str(r.id) for r in self._shard.retrieve(list(ids), False, False)
+        ]
+        if not existing:
+            return
+        self._shard.update(
+            UpdateOperation.update_vectors(
+                [
+                    PointVectors(
+                        point,
+                        {
+                            KEYWORD_VECTOR: SparseVector(
+                                list(ids[str(point)].indices), list(ids[str(point)].values)
+                            )
+                        },
+                    )
+                    for point in existing
+                ]
+            )
+        )
+        self._shard.update(UpdateOperation.set_payload(existing, {KEYWORD_VERSION_FIELD: version}))
+
     def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:
         """Delete every chunk of the conversation, however many, in one filtered delete."""
         spec = owner_filter(tenant_id, principal_id, conversation_id)

@@ -77,12 +77,15 @@ from server.domain.model import (
     IndexedChunk,
     RetrievalResult,
     SearchScope,
+    StoredChunk,
     TurnKey,
 )
+from server.domain.model import SparseVector as DomainSparseVector
 from server.storage.chunk_index import (
     CHUNK_INDEX,
     DENSE_VECTOR,
     KEYWORD_VECTOR,
+    KEYWORD_VERSION_FIELD,
     PAYLOAD_INDEXES,
     TURN_KEY,
     ChunkIndexError,
@@ -97,6 +100,8 @@ from server.storage.chunk_index import (
     point_id,
     scope_filter,
     stale_chunks_filter,
+    stale_keywords_filter,
+    stored_chunk,
     turn_point_ids,
 )
 
@@ -182,7 +187,10 @@ def _filter(spec: FilterSpec) -> qm.Filter:
         qm.FieldCondition(key=key, match=qm.MatchAny(any=list(values)))
         for key, values in spec.must_not_in
     ]
-    return qm.Filter(must=must, must_not=must_not or None)
+    must_not += [
+        qm.FieldCondition(key=key, match=qm.MatchValue(value=n)) for key, n in spec.must_not_number
+    ]
+    return qm.Filter(must=must or None, must_not=must_not or None)
 
 
 def _index_schema(kind: IndexKind) -> qm.PayloadSchemaType | qm.KeywordIndexParams:
@@ -368,6 +376,63 @@ class QdrantServerChunkIndex:
             for group in result.groups
             if group.hits
         )
+
+    def stale_keyword_chunks(self, version: int, limit: int) -> list[StoredChunk]:
+        """Up to `limit` chunks whose keyword vector is not of `version` (one scroll)."""
+        with self._lock, _unavailable_as_domain_error():
+            records, _next = self._client.scroll(
+                self._collection,
+                scroll_filter=_filter(stale_keywords_filter(version)),
+                limit=limit,
+                with_payload=True,
+                with_vectors=False,
+            )
+        return [stored_chunk(r.payload or {}) for r in records]
+
+    def count_stale_keyword_chunks(self, version: int) -> int:
+        """Exact number of chunks whose keyword vector is not of `version`."""
+        where = _filter(stale_keywords_filter(version))
+        with self._lock, _unavailable_as_domain_error():
+            return self._client.count(self._collection, count_filter=where, exact=True).count
+
+    def set_keyword_vectors(
+        self, updates: Sequence[tuple[StoredChunk, DomainSparseVector]], version: int
+    ) -> None:
+        """Replace the keyword vectors of the chunks that still exist and record `version`,
+        in one request (the server refuses a vector update of a missing point, so chunks
+        deleted since they were read are left out first)."""
+        ids = {point_id(chunk.key, chunk.chunk_index): sparse for chunk, sparse in updates}
+        with self._lock, _unavailable_as_domain_error():
+            found = self._client.retrieve(
+                self._collection, list(ids), with_payload=False, with_vectors=False
+            )
+            existing: list[qm.ExtendedPointId] = [str(r.id) for r in found]
+            if not existing:
+                return
+            vectors = [
+                qm.PointVectors(
+                    id=point,
+                    vector={
+                        KEYWORD_VECTOR: qm.SparseVector(
+                            indices=list(ids[str(point)].indices),
+                            values=list(ids[str(point)].values),
+                        )
+                    },
+                )
+                for point in existing
+            ]
+            self._client.batch_update_points(
+                self._collection,
+                [
+                    qm.UpdateVectorsOperation(update_vectors=qm.UpdateVectors(points=vectors)),
+                    qm.SetPayloadOperation(
+                        set_payload=qm.SetPayload(
+                            payload={KEYWORD_VERSION_FIELD: version}, points=existing
+                        )
+                    ),
+                ],
+                wait=True,
+            )
 
     def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:
         """Delete every chunk of the conversation, however many, in one filtered delete."""

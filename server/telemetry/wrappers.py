@@ -29,6 +29,8 @@ from server.domain.model import (
     PrincipalMemory,
     RetrievalResult,
     SearchScope,
+    SparseVector,
+    StoredChunk,
     StoredTurn,
     Tombstone,
     TurnKey,
@@ -91,6 +93,21 @@ class TracedChunkIndex:
     ) -> dict[tuple[str, str], tuple[str, ...]]:
         with self._span("turn_chunks"):
             return self._index.turn_chunks(tenant_id, principal_id, turns)
+
+    def stale_keyword_chunks(self, version: int, limit: int) -> Sequence[StoredChunk]:
+        with self._span("stale_keyword_chunks"):
+            return self._index.stale_keyword_chunks(version, limit)
+
+    def count_stale_keyword_chunks(self, version: int) -> int:
+        with self._span("count_stale_keyword_chunks"):
+            return self._index.count_stale_keyword_chunks(version)
+
+    def set_keyword_vectors(
+        self, updates: Sequence[tuple[StoredChunk, SparseVector]], version: int
+    ) -> None:
+        with self._span("set_keyword_vectors") as span:
+            span.set_attribute("memoria.chunk_count", len(updates))
+            self._index.set_keyword_vectors(updates, version)
 
     def check(self) -> None:
         """The health monitor's probe: not traced (a trace every few seconds is noise)."""

@@ -32,7 +32,7 @@ from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
 from server.domain.errors import ErrorReason, MemoriaError
-from server.domain.keywords import KeywordEncoder
+from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import (
     EncodedQuery,
     IndexedChunk,
@@ -41,6 +41,7 @@ from server.domain.model import (
     TurnKey,
 )
 from server.domain.ports import ChunkIndex
+from server.domain.reindex import KeywordReindexer
 from server.storage.chunk_index import (
     ChunkIndexError,
     ChunkIndexLockedError,
@@ -378,6 +379,68 @@ def test_delete_principal_removes_every_chunk_and_nothing_else(index: ChunkIndex
 
 
 # --- Threads -------------------------------------------------------------------------------
+
+
+# --- Keyword representation versions (server/domain/reindex.py) ----------------------------
+
+
+def test_stale_keyword_chunks_are_those_of_another_version(index: ChunkIndex) -> None:
+    old = [chunk(0, "alpha beta", E0), chunk(1, "gamma", E1)]
+    index.upsert_turn(key(turn="old"), T0, old)
+    index.upsert_turn(key(tenant="t2", principal="bob", turn="other"), T0, [chunk(0, "delta")])
+    current = IndexedChunk(0, "epsilon", (E2,), doc_sparse("epsilon"), keyword_version=2)
+    index.upsert_turn(key(turn="new"), T0, [current])
+    assert index.count_stale_keyword_chunks(2) == 3
+    stale = {(c.key, c.chunk_index): c for c in index.stale_keyword_chunks(2, 10)}
+    assert set(stale) == {
+        (key(turn="old"), 0),
+        (key(turn="old"), 1),
+        (key(tenant="t2", principal="bob", turn="other"), 0),
+    }
+    assert stale[key(turn="old"), 1].text == "gamma"
+    assert stale[key(turn="old"), 1].turn_time == T0
+    assert len(index.stale_keyword_chunks(2, 2)) == 2
+    assert index.count_stale_keyword_chunks(1) == 1  # only the version-2 chunk
+
+
+def test_new_keyword_vectors_replace_the_old_and_keep_the_rest(index: ChunkIndex) -> None:
+    index.upsert_turn(key(turn="u1"), T0, [chunk(0, "alpha", E0), chunk(1, "beta", E1)])
+    index.upsert_turn(key(turn="gone"), T0, [chunk(0, "alpha", E2)])
+    stale = index.stale_keyword_chunks(2, 10)
+    index.delete_conversation("t1", "ana", "c1")  # everything read is deleted meanwhile...
+    index.upsert_turn(key(conv="c2", turn="u1"), T0, [chunk(0, "alpha", E0)])
+    index.set_keyword_vectors([(c, doc_sparse("zeta " + c.text)) for c in stale], 2)
+    assert index.count("t1", "ana", "c1") == 0  # ...and stays deleted
+    (c2,) = index.stale_keyword_chunks(2, 10)
+    index.set_keyword_vectors([(c2, doc_sparse("zeta alpha"))], 2)
+    assert index.count_stale_keyword_chunks(2) == 0
+    result = index.search(scope(), query("zeta", E0), 10)
+    assert [(h.conversation_id, h.turn_id, h.chunk_index) for h in result.keyword] == [
+        ("c2", "u1", 0)
+    ]
+    assert result.keyword[0].text == "alpha"  # the stored text is unchanged
+    assert result.semantic[0].turn_id == "u1"  # and so is the dense vector
+
+
+def test_the_reindexer_moves_every_chunk_to_the_current_representation(
+    index: ChunkIndex,
+) -> None:
+    encoder = KeywordEncoder()
+    may = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    texts = [f"we talked about topic {n}" for n in range(7)]
+    for n, text in enumerate(texts):
+        when = may if n == 3 else T0
+        index.upsert_turn(
+            key(turn=f"u{n}"), when, [IndexedChunk(0, text, (E0,), encoder.encode_document(text))]
+        )
+    dated = EncodedQuery(dense=E1, sparse=encoder.encode_query("8 May 2023"))
+    assert index.search(scope(), dated, 3).keyword == ()
+    reported: list[tuple[int, int]] = []
+    assert KeywordReindexer(index, encoder).run(3, lambda d, t: reported.append((d, t))) == 7
+    assert reported == [(0, 7), (3, 7), (6, 7), (7, 7)]
+    assert index.count_stale_keyword_chunks(KEYWORD_VERSION) == 0
+    assert index.search(scope(), dated, 3).keyword[0].turn_id == "u3"
+    assert KeywordReindexer(index, encoder).run_once(3) == 0  # resumable: nothing left
 
 
 def test_searches_run_while_a_writer_writes(index: ChunkIndex) -> None:

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
 from server.domain.errors import ErrorReason, MemoriaError
-from server.domain.keywords import KeywordEncoder
-from server.domain.model import IndexedChunk, NewTurn, TurnKey
+from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
+from server.domain.model import EncodedQuery, IndexedChunk, NewTurn, SearchScope, TurnKey
 from server.domain.search import MAX_INDEX_ATTEMPTS, OUTAGE_RETRY_DELAY, Indexer
 from server.storage import migrate
 from server.storage.engine import create_store_engine, sqlite_url
@@ -167,3 +167,17 @@ def test_waiting_for_a_turn_the_index_refuses_reports_unavailable(parts) -> None
     assert indexer.index_now(KEY)
     assert row(store)[0] == "indexed"
     assert indexer.index_now(KEY)  # already indexed: nothing to do, still searchable
+
+
+def test_a_turn_is_indexed_with_its_date_on_the_keyword_side(parts) -> None:  # type: ignore[no-untyped-def]
+    """The keyword vector encodes the turn's date and the text (current representation);
+    the stored and shown text is the turn's own."""
+    indexer, turns, index, _clock, _store = parts
+    may = datetime(2023, 5, 8, 22, 30, tzinfo=timezone(timedelta(hours=-3)))  # 9 May UTC
+    turns.accept_turn(NewTurn(KEY, "a turn about herons", may, T0))
+    assert indexer.run_once(10) == 1
+    assert index.count_stale_keyword_chunks(KEYWORD_VERSION) == 0
+    encoder = KeywordEncoder()
+    dated = EncodedQuery(dense=(1.0,) * DIM, sparse=encoder.encode_query("9 May 2023"))
+    (hit,) = index.search(SearchScope("t", "ana", frozenset()), dated, 5).keyword
+    assert hit.text == "a turn about herons"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta, timezone
 
-from server.domain.keywords import KeywordEncoder, _index
+from server.domain.keywords import KeywordEncoder, _index, keyword_document
 
 ENCODER = KeywordEncoder()
 
@@ -62,3 +63,11 @@ def test_indices_are_stable_32_bit_values() -> None:
     # Pinned: a change here would silently break every index built before it.
     assert _index("acct-4821") == 1441337684
     assert _index("run") == 3365767514
+
+
+def test_the_keyword_document_starts_with_the_turns_date_in_utc() -> None:
+    when = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    assert keyword_document("we met", when) == "8 May 2023\n\nwe met"
+    late = datetime(2023, 12, 31, 23, 30, tzinfo=timezone(timedelta(hours=-2)))
+    assert keyword_document("x", late).startswith("1 January 2024\n\n")
+    assert {"8", "may", "2023"} <= set(terms(keyword_document("we met", when)))

@@ -14,6 +14,7 @@ from server.domain.model import (
     RetrievalResult,
     SearchScope,
     SparseVector,
+    StoredChunk,
     TurnKey,
 )
 from server.domain.search import OneSideIndex, fuse, search_index
@@ -50,6 +51,18 @@ class Index:
     def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
         return 7
 
+    def stale_keyword_chunks(self, version: int, limit: int) -> Sequence[StoredChunk]:
+        self.calls.append(f"stale {version} {limit}")
+        return []
+
+    def count_stale_keyword_chunks(self, version: int) -> int:
+        return 3
+
+    def set_keyword_vectors(
+        self, updates: Sequence[tuple[StoredChunk, SparseVector]], version: int
+    ) -> None:
+        self.calls.append(f"set {len(updates)} {version}")
+
     def check(self) -> None:
         self.calls.append("check")
 
@@ -82,8 +95,19 @@ def test_everything_but_search_passes_through() -> None:
     one.delete_principal("t", "p")
     one.check()
     assert one.count("t", "p") == 7
+    assert one.stale_keyword_chunks(2, 5) == []
+    assert one.count_stale_keyword_chunks(2) == 3
+    one.set_keyword_vectors([], 2)
     one.close()
-    assert index.calls == ["upsert x", "delete c", "erase p", "check", "close"]
+    assert index.calls == [
+        "upsert x",
+        "delete c",
+        "erase p",
+        "check",
+        "stale 2 5",
+        "set 0 2",
+        "close",
+    ]
 
 
 def test_unknown_side_is_refused() -> None:

@@ -1,0 +1,67 @@
+"""Moving stored chunks to the current keyword representation (KEYWORD_VERSION), in place.
+
+A change of what the keyword side indexes (server/domain/keywords.py) must not strand the
+chunks indexed before it: each point records the keyword representation it was encoded
+with, and the index worker encodes the older ones again from what the index itself holds
+(the chunk's text and its turn's time), a batch at a time whenever it has nothing else to
+do. No model runs (only the keyword vector changes), nothing is re-sent by callers, and
+searches keep being served throughout: a chunk is searched with its old keyword vector until
+its new one replaces it, and the dense side is untouched. Resumable by construction: a
+chunk's recorded version is the progress, so a restarted process continues where the last
+one stopped. `memoria reindex` runs the same steps to the end in the foreground, with
+progress printed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder, keyword_document
+from server.domain.ports import ChunkIndex
+
+log = logging.getLogger(__name__)
+
+
+class KeywordReindexer:
+    """Encodes the keyword vectors of older-version chunks again, batch by batch."""
+
+    def __init__(self, index: ChunkIndex, keywords: KeywordEncoder) -> None:
+        self._index = index
+        self._keywords = keywords
+        self._done = 0
+
+    def run_once(self, limit: int) -> int:
+        """Re-encode up to `limit` stale chunks; return how many (0: none left)."""
+        stale = self._index.stale_keyword_chunks(KEYWORD_VERSION, limit)
+        if not stale:
+            return 0
+        self._index.set_keyword_vectors(
+            [
+                (
+                    chunk,
+                    self._keywords.encode_document(keyword_document(chunk.text, chunk.turn_time)),
+                )
+                for chunk in stale
+            ],
+            KEYWORD_VERSION,
+        )
+        if self._done == 0:
+            left = self._index.count_stale_keyword_chunks(KEYWORD_VERSION)
+            log.info(
+                "encoding keyword vectors again (representation %d): %d chunks left",
+                KEYWORD_VERSION,
+                left,
+            )
+        self._done += len(stale)
+        return len(stale)
+
+    def run(self, batch: int, progress: Callable[[int, int], None] = lambda d, t: None) -> int:
+        """Re-encode every stale chunk, reporting (done, total) after each batch."""
+        total = self._index.count_stale_keyword_chunks(KEYWORD_VERSION)
+        done = 0
+        progress(done, total)
+        while count := self.run_once(batch):
+            done += count
+            progress(done, max(total, done))
+        return done
