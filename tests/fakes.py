@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import fields, replace
+from datetime import datetime
 
 from server.domain.model import (
     AuditEvent,
@@ -15,8 +16,12 @@ from server.domain.model import (
     Change,
     NewAuditEvent,
     PrincipalMemory,
+    RenderRecord,
+    SearchRecord,
     StoredBlock,
     StoredSettings,
+    TurnKey,
+    TurnRecords,
 )
 
 Key = tuple[str, str]
@@ -82,3 +87,71 @@ class InMemoryMemoryStore:
         for i, (tenant, event) in enumerate(self.audit):
             if tenant == tenant_id and event.principal_id == principal_id:
                 self.audit[i] = (tenant, replace(event, removed_lines=(), added_lines=()))
+
+
+class InMemoryInspectionStore:
+    """`InspectionStore` in process memory. `deleted` holds tombstoned conversations
+    ((tenant, principal, conversation)): records for them are not kept, as the SQL statement
+    does; `delete_conversation` and `erase` mirror what the turn store's transactions do."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, TurnKey, RenderRecord | SearchRecord]] = []
+        self.deleted: set[tuple[str, str, str]] = set()
+        self.flushes = 0
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def _add(self, key: TurnKey, record: RenderRecord | SearchRecord) -> None:
+        with self._lock:
+            if (key.tenant_id, key.principal_id, key.conversation_id) in self.deleted:
+                return
+            self._next += 1
+            self.records.append((self._next, key, record))
+
+    def record_render(self, key: TurnKey, record: RenderRecord) -> None:
+        self._add(key, record)
+
+    def record_search(self, key: TurnKey, record: SearchRecord) -> None:
+        self._add(key, record)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+    def read(self, key: TurnKey) -> TurnRecords:
+        with self._lock:
+            mine = [r for _, k, r in self.records if k == key]
+        return TurnRecords(
+            tuple(r for r in mine if isinstance(r, RenderRecord)),
+            tuple(r for r in mine if isinstance(r, SearchRecord)),
+        )
+
+    def purge(self, before: datetime, limit: int) -> int:
+        with self._lock:
+            expired = sorted(
+                (r.record_time, n) for n, _, r in self.records if r.record_time < before
+            )[:limit]
+            gone = {n for _, n in expired}
+            self.records = [entry for entry in self.records if entry[0] not in gone]
+            return len(gone)
+
+    def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> int:
+        with self._lock:
+            self.deleted.add((tenant_id, principal_id, conversation_id))
+            keep = [
+                e
+                for e in self.records
+                if (e[1].tenant_id, e[1].principal_id, e[1].conversation_id)
+                != (tenant_id, principal_id, conversation_id)
+            ]
+            removed, self.records = len(self.records) - len(keep), keep
+            return removed
+
+    def erase(self, tenant_id: str, principal_id: str) -> int:
+        with self._lock:
+            keep = [
+                e
+                for e in self.records
+                if (e[1].tenant_id, e[1].principal_id) != (tenant_id, principal_id)
+            ]
+            removed, self.records = len(self.records) - len(keep), keep
+            return removed

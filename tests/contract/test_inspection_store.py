@@ -1,0 +1,186 @@
+"""One contract over every InspectionStore: the in-memory fake, SQLite and PostgreSQL (as the
+service role, so row-level security applies), each written in the call and through the
+background writer. The unit tests' fake therefore records, scopes and purges as the real
+adapters do, and a deleted conversation or an erasure removes records in every one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select, text
+
+from server.domain.model import (
+    AuditAction,
+    InspectedHit,
+    NewAuditEvent,
+    RenderRecord,
+    SearchRecord,
+    TurnKey,
+    Writer,
+)
+from server.domain.ports import InspectionStore
+from server.storage.inspections import BufferedInspectionStore, SqlInspectionStore
+from server.storage.sql import SqlMemoryStore
+from server.storage.tables import turn_inspections
+from server.storage.turns import SqlTurnStore
+from tests.conftest import make_store
+from tests.fakes import InMemoryInspectionStore
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+KINDS = [
+    "memory",
+    "sqlite",
+    "sqlite-buffered",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("postgres-buffered", marks=pytest.mark.postgres),
+]
+
+
+@dataclass
+class Subject:
+    """An InspectionStore and how to delete a conversation and erase a principal with it."""
+
+    store: InspectionStore
+    delete_conversation: Callable[[str, str, str], object]
+    erase: Callable[[str, str], int]
+
+
+@pytest.fixture(params=KINDS)
+def subject(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Subject]:
+    kind: str = request.param
+    if kind == "memory":
+        fake = InMemoryInspectionStore()
+        yield Subject(fake, fake.delete_conversation, fake.erase)
+        return
+    sql = make_store(kind.split("-")[0], request, tmp_path)
+    assert isinstance(sql, SqlMemoryStore)
+    inner = SqlInspectionStore(sql)
+    store: InspectionStore = BufferedInspectionStore(inner) if "buffered" in kind else inner
+    turns = SqlTurnStore(sql)
+
+    def delete_conversation(tenant: str, principal: str, conversation: str) -> None:
+        store.flush()
+        event = NewAuditEvent(principal, AuditAction.CONVERSATION_DELETED, Writer.USER, T0)
+        turns.delete_conversation(tenant, principal, conversation, event)
+
+    def erase(tenant: str, principal: str) -> int:
+        store.flush()
+        event = NewAuditEvent(principal, AuditAction.PRINCIPAL_DATA_ERASED, Writer.USER, T0)
+        return turns.erase_principal(
+            tenant, principal, event, lambda: None
+        ).deleted_inspection_count
+
+    yield Subject(store, delete_conversation, erase)
+    if isinstance(store, BufferedInspectionStore):
+        store.close()
+
+
+def key(tenant: str, principal: str = "ana", conversation: str = "c1", turn: str = "t1") -> TurnKey:
+    return TurnKey(tenant, principal, conversation, turn)
+
+
+HIT = InspectedHit("c0", "t9", 2, T0 - timedelta(days=3), 0.0325, 1, 4)
+
+
+def test_records_come_back_in_order_with_every_field(subject: Subject, tenant: str) -> None:
+    store = subject.store
+    store.record_render(key(tenant), RenderRecord("e1", 42, T0))
+    store.record_search(key(tenant), SearchRecord("acct-4821 refund", T0, (HIT,)))
+    store.record_render(key(tenant), RenderRecord("", 0, T0 + timedelta(seconds=1)))
+    store.record_search(key(tenant), SearchRecord("nothing", T0, ()))
+    got = store.read(key(tenant))
+    assert got.renders == (
+        RenderRecord("e1", 42, T0),
+        RenderRecord("", 0, T0 + timedelta(seconds=1)),
+    )
+    assert got.searches == (
+        SearchRecord("acct-4821 refund", T0, (HIT,)),
+        SearchRecord("nothing", T0, ()),
+    )
+    assert got.renders[0].record_time.utcoffset() == timedelta(0)
+    assert got.searches[0].hits[0].turn_time.utcoffset() == timedelta(0)
+
+
+def test_a_record_belongs_to_one_turn_of_one_principal(subject: Subject, tenant: str) -> None:
+    subject.store.record_render(key(tenant), RenderRecord("e1", 1, T0))
+    for other in (
+        key(tenant, principal="bob"),
+        key(tenant, conversation="c2"),
+        key(tenant, turn="t2"),
+        key(tenant + "-other"),
+    ):
+        got = subject.store.read(other)
+        assert (got.renders, got.searches) == ((), ())
+
+
+def test_deleting_a_conversation_removes_its_records_and_refuses_new_ones(
+    subject: Subject, tenant: str
+) -> None:
+    store = subject.store
+    store.record_render(key(tenant), RenderRecord("e1", 1, T0))
+    store.record_render(key(tenant, conversation="c2"), RenderRecord("e1", 1, T0))
+    store.record_render(key(tenant, principal="bob"), RenderRecord("e1", 1, T0))
+    subject.delete_conversation(tenant, "ana", "c1")
+    assert store.read(key(tenant)).renders == ()
+    store.record_render(key(tenant), RenderRecord("e2", 2, T0))
+    assert store.read(key(tenant)).renders == ()
+    assert len(store.read(key(tenant, conversation="c2")).renders) == 1
+    assert len(store.read(key(tenant, principal="bob")).renders) == 1
+
+
+def test_erasure_removes_and_counts_the_principals_records(subject: Subject, tenant: str) -> None:
+    store = subject.store
+    store.record_render(key(tenant), RenderRecord("e1", 1, T0))
+    store.record_search(key(tenant, turn="t2"), SearchRecord("q", T0, (HIT,)))
+    store.record_render(key(tenant, principal="bob"), RenderRecord("e1", 1, T0))
+    assert subject.erase(tenant, "ana") == 2
+    assert store.read(key(tenant)).renders == ()
+    assert store.read(key(tenant, turn="t2")).searches == ()
+    assert len(store.read(key(tenant, principal="bob")).renders) == 1
+
+
+def test_purge_removes_only_records_older_than_the_cutoff(subject: Subject, tenant: str) -> None:
+    store = subject.store
+    # Far in the past, so no other test's records in a shared database are as old.
+    old = datetime(1990, 1, 1, tzinfo=UTC)
+    for i in range(3):
+        store.record_render(key(tenant), RenderRecord(f"old{i}", 1, old + timedelta(seconds=i)))
+    store.record_render(key(tenant), RenderRecord("new", 1, T0))
+    store.flush()
+    assert store.purge(old + timedelta(seconds=1, microseconds=1), 10) == 2
+    assert store.purge(old + timedelta(days=1), 10) == 1
+    assert store.purge(old + timedelta(days=1), 10) == 0
+    assert [r.etag for r in store.read(key(tenant)).renders] == ["new"]
+
+
+@pytest.mark.postgres
+def test_records_are_tenant_scoped_for_the_service_role(
+    request: pytest.FixtureRequest, tmp_path: Path, tenant: str
+) -> None:
+    sql = make_store("postgres", request, tmp_path)
+    assert isinstance(sql, SqlMemoryStore)
+    SqlInspectionStore(sql).record_render(key(tenant), RenderRecord("e1", 1, T0))
+    count = select(func.count()).select_from(turn_inspections)
+    with sql.engine.connect() as conn, conn.begin():
+        # No tenant set: nothing visible, even with no WHERE clause.
+        assert conn.execute(count).scalar_one() == 0
+        conn.execute(text("SELECT set_config('app.tenant_id', :t, true)"), {"t": tenant + "-x"})
+        assert conn.execute(count).scalar_one() == 0
+    with sql.engine.connect() as conn, conn.begin():
+        conn.execute(text("SELECT set_config('app.tenant_id', :t, true)"), {"t": tenant})
+        assert conn.execute(count).scalar_one() == 1
+        with pytest.raises(Exception, match="row-level security"):
+            conn.execute(
+                turn_inspections.insert().values(
+                    tenant_id=tenant + "-x",
+                    principal_id="ana",
+                    conversation_id="c",
+                    turn_id="t",
+                    kind="render",
+                    record_time=T0,
+                )
+            )
