@@ -73,3 +73,15 @@ def test_a_loopback_port_answers_only_to_loopback_names(tmp_path: Path) -> None:
                 headers={"host": host, "content-type": "application/json"},
             )
             assert refused.status_code == 403, host
+
+
+def test_the_page_words_every_error_reason() -> None:
+    """Each reason of the contract has a sentence in the page (web/src/errors.ts), so a
+    reason added to the contract without one fails here rather than showing a generic line."""
+    from memoria.v1 import error_reason_pb2
+
+    worded = (Path(__file__).parents[2] / "web" / "src" / "errors.ts").read_text()
+    enum = error_reason_pb2.DESCRIPTOR.enum_types_by_name["ErrorReason"]
+    reasons = [value.name for value in enum.values if value.number != 0]
+    assert reasons
+    assert [name for name in reasons if f"  {name}: " not in worded] == []
