@@ -1,16 +1,17 @@
-"""Render throughput with 1 and with 2 serving processes (`memoria serve --workers N`), side by
+"""Render throughput with 1 and with 2 serving processes (`memoria serve --processes N`), side by
 side in one run, on PostgreSQL.
 
 What it measures
 ----------------
-One Python process is bound by one core (the GIL). `--workers N` runs N serving processes on
-one port (server/processes.py). This script starts two servers on the same freshly seeded
-PostgreSQL database, one with `--workers 1` and one with `--workers 2`, and drives each with
-ghz through several connections (the kernel gives each connection to one process, so one
-connection would only ever reach one of them). In interleaved rounds it measures, against
-each server, `RenderMemoryBlock` (the call made on every turn) and the no-op health `Check`,
-and prints requests/s, latency, the server's CPU per call (all its processes) and, per
-round, the 2-worker server's requests/s as a ratio to the 1-worker server's: **the result**.
+One Python process is bound by one core (the GIL). `--processes N` (formerly `--workers`) runs
+N serving processes on one port (server/processes.py). This script starts two servers on the
+same freshly seeded PostgreSQL database, one with `--processes 1` and one with `--processes 2`,
+and drives each with ghz through several connections (the kernel gives each connection to one
+process, so one connection would only ever reach one of them). In interleaved rounds it
+measures, against each server, `RenderMemoryBlock` (the call made on every turn) and the no-op
+health `Check`, and prints requests/s, latency, the server's CPU per call (all its processes)
+and, per round, the 2-process server's requests/s as a ratio to the 1-process server's: **the
+result**.
 
 Both servers run the production configuration that allows several processes: PostgreSQL
 and a Qdrant server: the real one of the tests (tests/qdrant_server.py: the binary of
@@ -111,7 +112,7 @@ def children_cpu() -> float:
 
 @dataclass
 class Server:
-    """One `memoria serve --workers N` under test."""
+    """One `memoria serve --processes N` under test."""
 
     workers: int
     process: ServerProcess
@@ -274,7 +275,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--connections", type=int, default=16, help="HTTP/2 connections ghz spreads them over"
     )
-    p.add_argument("--workers", type=int, default=2, help="processes of the second server")
+    p.add_argument(
+        "--processes",
+        "--workers",
+        dest="workers",
+        type=int,
+        default=2,
+        help="serving processes of the second server (--workers: the same)",
+    )
     p.add_argument("--principals", type=int, default=3000, help="principals with a block")
     p.add_argument("--empty-principals", type=int, default=300, help="principals without one")
     p.add_argument(
@@ -287,7 +295,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if not 1 <= args.connections <= args.concurrency:
         p.error("--connections must be between 1 and --concurrency (ghz spreads calls over them)")
     if args.workers < 2:
-        p.error("--workers must be >= 2 (the first server has 1)")
+        p.error("--processes must be >= 2 (the first server has 1)")
     return args
 
 
@@ -313,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 serverdir.mkdir()
                 flags = [
                     *("--qdrant-url", qdrant.url, "--qdrant-grpc-port", str(qdrant.grpc_port)),
-                    *("--workers", str(workers)),
+                    *("--processes", str(workers)),
                 ]
                 process = ServerProcess(
                     [*database.server_args, *flags],
@@ -351,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for fact in facts:
         print(fact)
     print(
-        f"servers: memoria serve --workers 1 and --workers {args.workers} on the same database, "
+        f"servers: memoria serve --processes 1 and --processes {args.workers} on one database, "
         "--qdrant-url the Qdrant stand-in (idle: render does not touch it)\n"
         f"load: ghz on the same machine, {args.concurrency} calls in flight over "
         f"{args.connections} connections, {args.duration}s per run, {args.rounds} interleaved "

@@ -1,8 +1,9 @@
 """Process handling shared by the benchmark drivers: the ghz binary, the server under test,
 stopping a process, SIGTERM, and the report's common lines.
 
-Standard library only at import time: sync_vs_aio.py's driver needs nothing else, so the
-gRPC imports that waiting for a `memoria serve` needs are made where they are used.
+Standard library only at import time (a driver that measures other servers needs nothing
+else), so the gRPC imports that waiting for a `memoria serve` needs are made where they are
+used. The data, databases and calls the drivers share are in harness.py.
 """
 
 from __future__ import annotations

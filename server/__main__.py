@@ -37,13 +37,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--port-file", type=Path, help="write the bound port here once serving")
     serve.add_argument(
-        "--workers",
+        "--processes",
+        "--workers",  # its first name, kept as an alias: "worker" now means indexing only
+        dest="processes",
         type=int,
         help="serving processes on the one port (default 1; more need PostgreSQL and a Qdrant "
-        "server)",
+        "server); --workers is the same flag",
     )
-    # Set by the parent of `--workers N` on each of its children (server/processes.py).
-    serve.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
+    # Set by the parent of `--processes N` on each of its children (server/processes.py).
+    serve.add_argument("--process-index", type=int, help=argparse.SUPPRESS)
     work = sub.add_parser(
         "worker",
         help="index accepted turns in this process (PostgreSQL and a Qdrant server only)",
@@ -105,7 +107,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             "qdrant_url",
             "qdrant_grpc_port",
             "auth",
-            "workers",
+            "processes",
             "http_listen",
         )
         if (value := getattr(args, key, None)) is not None
@@ -161,10 +163,10 @@ def main(argv: list[str] | None = None) -> None:
             _compact(settings)
         elif args.command == "reindex":
             _reindex(settings)
-        elif args.worker_index is None and settings.workers > 1:
+        elif args.process_index is None and settings.processes > 1:
             _serve_workers(settings, args)
         else:
-            _serve(settings, args.port_file, args.worker_index)
+            _serve(settings, args.port_file, args.process_index)
     except OperationalError as error:
         # A database that cannot be reached (or refuses the login) is a configuration problem
         # to state in one line, not a traceback of the driver's internals.
@@ -285,7 +287,7 @@ def _worker(settings: Settings) -> None:
 
 
 def _serve_workers(settings: Settings, args: argparse.Namespace) -> None:
-    """`--workers N`: this process supervises N serving processes on one port."""
+    """`--processes N`: this process supervises N serving processes on one port."""
     from server.processes import Supervisor, name_this_process, refusal
 
     if (reason := refusal(settings)) is not None:
@@ -314,7 +316,7 @@ def _serve_workers(settings: Settings, args: argparse.Namespace) -> None:
 def _serve(settings: Settings, port_file: Path | None, worker_index: int | None = None) -> None:
     from server.app import start
 
-    if worker_index is not None:  # one of `--workers N`: the parent logged the settings
+    if worker_index is not None:  # one of `--processes N`: the parent logged the settings
         from server.processes import name_this_process, refusal
 
         if (reason := refusal(settings)) is not None:

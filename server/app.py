@@ -451,7 +451,7 @@ def start(
             # Off for one process: a second server on the same port then fails to start
             # instead of silently sharing its traffic. On for `--workers N`, whose processes
             # all listen on the port (server/processes.py).
-            ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
+            ("grpc.so_reuseport", 1 if settings.processes > 1 else 0),
             # One connection cannot hold more streams than this (HTTP/2 SETTINGS; a client
             # queues its own calls beyond it), idle connections are closed, a connection must
             # finish its handshake soon, and the number of connections is capped.
@@ -494,7 +494,7 @@ def start(
             ),
             settings.http_listen,
             max_connections=settings.max_receiving_calls,
-            reuse_port=settings.workers > 1,
+            reuse_port=settings.processes > 1,
         )
         web.start()
     return Running(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from server.domain.ids import identity_value_problem
@@ -21,7 +21,7 @@ from server.domain.memory import DEFAULT_CHAR_LIMIT
 
 AuthMode = Literal["auto", "jwt", "trusted-headers"]
 
-_TOOLING_ENV_PREFIXES = ("MEMORIA_TEST_", "MEMORIA_PG_", "MEMORIA_REQUIRE_")
+_TOOLING_ENV_PREFIXES = ("MEMORIA_TEST_", "MEMORIA_PG_", "MEMORIA_REQUIRE_", "MEMORIA_BENCH_")
 """Variables of the test and benchmark tooling, not of the server."""
 
 QDRANT_REST_PORT = 6333
@@ -47,7 +47,9 @@ def is_loopback(host: str) -> bool:
 class Settings(BaseSettings):
     """Everything that configures a Memoria process."""
 
-    model_config = SettingsConfigDict(env_prefix="MEMORIA_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="MEMORIA_", frozen=True, extra="forbid", populate_by_name=True
+    )
 
     listen: str = Field(
         "127.0.0.1:50051", description="HOST:PORT to serve gRPC on; port 0 picks one"
@@ -135,15 +137,22 @@ class Settings(BaseSettings):
     )
     # 4: one Python process is bound by one core (the GIL), and every thread more that wants
     # it adds hand-offs. Measured on 2 cores with PostgreSQL on the same machine
-    # (bench/README.md, bench/bench_ab.py): 16 threads lost 10-20% of throughput against 8;
+    # (docs/decisions.md, bench/bench_ab.py): 16 threads lost 10-20% of throughput against 8;
     # against 8, 4 served 7-14% more gets and renders and 0-12% more rewrites over four paired
     # runs (2 lost 10% of rewrites: too few threads to overlap the database round trips). A
     # thread waits out each round trip, so with the database across a network, raise it
     # (deploy/kubernetes sets 8).
     threads: int = Field(4, ge=1, le=256, description="gRPC worker threads")
     # N serving processes on one port (server/processes.py): one process uses one core.
-    workers: int = Field(
-        1, ge=1, le=64, description="serving processes on the port (PostgreSQL + Qdrant server)"
+    # Named `processes` (--processes, MEMORIA_PROCESSES) so that "worker" means one thing, the
+    # indexing workers (`memoria worker`, MEMORIA_INDEX_WORKER_THREADS); its first names,
+    # --workers and MEMORIA_WORKERS, are kept as aliases for the deployments that use them.
+    processes: int = Field(
+        1,
+        ge=1,
+        le=64,
+        validation_alias=AliasChoices("MEMORIA_PROCESSES", "MEMORIA_WORKERS"),
+        description="serving processes on the port (PostgreSQL + Qdrant server)",
     )
     db_pool_size: int = Field(8, ge=1, le=256, description="connections per pool")
     max_receive_message_bytes: int = Field(1 << 20, ge=16 << 10)
@@ -267,6 +276,9 @@ class Settings(BaseSettings):
     def unknown_env(cls, environ: Mapping[str, str]) -> list[str]:
         """MEMORIA_* variables that configure nothing (a typo would otherwise pass silently)."""
         known = {f"MEMORIA_{name.upper()}" for name in cls.model_fields}
+        for info in cls.model_fields.values():  # and the names an alias keeps (--workers)
+            if isinstance(info.validation_alias, AliasChoices):
+                known |= {c.upper() for c in info.validation_alias.choices if isinstance(c, str)}
         return sorted(
             key
             for key in environ

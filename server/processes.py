@@ -1,4 +1,4 @@
-"""Several serving processes on one port: `memoria serve --workers N`.
+"""Several serving processes on one port: `memoria serve --processes N` (alias `--workers`).
 
 One Python process is bound by one core (the GIL), so using N cores takes N processes. This
 module is the parent of those processes: it reserves the port, starts N ordinary
@@ -69,7 +69,7 @@ _PR_SET_PDEATHSIG = 1
 
 def refusal(settings: Settings) -> str | None:
     """Why these settings cannot run several serving processes, or None if they can."""
-    if settings.workers == 1:
+    if settings.processes == 1:
         return None
     embedded = []
     if settings.embedded:
@@ -85,9 +85,9 @@ def refusal(settings: Settings) -> str | None:
     if not embedded:
         return None
     return (
-        f"--workers {settings.workers} needs stores that several processes can share: "
+        f"--processes {settings.processes} needs stores that several processes can share: "
         "PostgreSQL (--database-url) and a Qdrant server (--qdrant-url). These belong to one "
-        "process: " + "; ".join(embedded) + ". Run one process (--workers 1), or move to "
+        "process: " + "; ".join(embedded) + ". Run one process (--processes 1), or move to "
         "PostgreSQL and a Qdrant server (README: 'Running on a Qdrant server')."
     )
 
@@ -167,7 +167,7 @@ class Supervisor:
 
     def run(self) -> int:
         """Serve until told to stop; the exit status for the command."""
-        count = self.settings.workers
+        count = self.settings.processes
         try:
             reserved, port = reserve_port(self.settings.listen)
         except OSError as error:
@@ -229,11 +229,11 @@ class Supervisor:
             *self.child_args,
             "--listen",
             self._listen,
-            "--workers",
-            str(self.settings.workers),
+            "--processes",
+            str(self.settings.processes),
             "--port-file",
             str(child.port_file),
-            "--worker-index",
+            "--process-index",
             str(child.index),
         ]
         child.process = subprocess.Popen(command, env=self._env, preexec_fn=_child_setup)

@@ -77,7 +77,7 @@ class TelemetryInterceptor(UnaryWrappingInterceptor):
     background thread every DRAIN_INTERVAL_S and right before every metric collection, so
     the histogram a reader collects is complete. Why: recording into the SDK histogram costs
     about 5 us per call in a tight loop but measured about 14 us of a request thread's CPU
-    in the server, next to a cached render's ~16 us of handler work (bench/README.md).
+    in the server, next to a cached render's ~16 us of handler work (docs/decisions.md).
     """
 
     DRAIN_INTERVAL_S = 1.0

@@ -9,7 +9,7 @@ connections: a read is a call of `memoria_read_principal()` (migration 0003), a 
 decided on, writes, appends the audit event and announces the change, in the statement's own
 transaction. Measured on the render and rewrite paths, SQLAlchemy's execution layer and the
 BEGIN / set_config / ... / COMMIT round trips cost several times the work itself
-(bench/README.md). SQLAlchemy still builds the schema, owns the pools and runs everything else.
+(docs/decisions.md). SQLAlchemy still builds the schema, owns the pools and runs everything else.
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ class SqlMemoryStore:
         drives libpq step by step instead, releasing the GIL and taking it back around each
         step, 9 times per statement (counted with a probe on PyEval_SaveThread); with gRPC's
         threads waiting for the GIL, every release hands it over, and those hand-offs cost
-        more of the server's CPU than the statement itself (bench/README.md).
+        more of the server's CPU than the statement itself (docs/decisions.md).
 
         A connection that telemetry instruments (its pool record's info has CURSOR_PATH)
         runs the statement through psycopg's cursor, where the instrumentation sees it.

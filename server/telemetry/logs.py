@@ -14,7 +14,7 @@ from opentelemetry import trace
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and the trace and span ids
     of the span current when the line was logged (absent outside any span). `process`, when
-    given, names the process on every line (`memoria serve --workers N` shares one stream)."""
+    given, names the process on every line (`memoria serve --processes N` shares one stream)."""
 
     def __init__(self, process: str | None = None) -> None:
         super().__init__()

@@ -291,7 +291,7 @@ def test_workers_are_refused_on_the_embedded_stores(
     tmp_path: Path, flags: tuple[str, ...], named: tuple[str, ...]
 ) -> None:
     """One process owns each embedded store, so a group on them is refused before it starts,
-    with the reason; MEMORIA_WORKERS is read like the flag."""
+    with the reason; MEMORIA_WORKERS, the old name of MEMORIA_PROCESSES, is read like the flag."""
     done = subprocess.run(
         [str(MEMORIA), "serve", "--data-dir", str(tmp_path / "data"), *flags],
         cwd=tmp_path,
@@ -301,7 +301,7 @@ def test_workers_are_refused_on_the_embedded_stores(
     )
     assert done.returncode == 1
     message = done.stderr.decode()
-    assert "--workers 2 needs stores that several processes can share" in message
+    assert "--processes 2 needs stores that several processes can share" in message
     for store in named:
         assert store in message
     assert not (tmp_path / "data").exists()  # nothing was opened

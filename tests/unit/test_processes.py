@@ -1,13 +1,17 @@
-"""The port reservation and the refusal rule of `memoria serve --workers N`."""
+"""The port reservation and the refusal rule of `memoria serve --processes N`, and its old
+names (`--workers`, MEMORIA_WORKERS) kept as aliases."""
 
 from __future__ import annotations
 
+import os
 import socket
 from concurrent import futures
 
 import grpc
 import pytest
 
+from server.__main__ import _parser
+from server.__main__ import _settings as _cli_settings
 from server.config import Settings
 from server.processes import refusal, reserve_port
 
@@ -53,20 +57,44 @@ def _settings(**values: object) -> Settings:
 
 
 def test_one_process_needs_no_shared_store() -> None:
-    assert refusal(_settings(workers=1)) is None
+    assert refusal(_settings(processes=1)) is None
 
 
 def test_several_processes_need_postgresql_and_a_qdrant_server() -> None:
     shared = _settings(
-        workers=2, database_url="postgresql+psycopg://app@db/m", qdrant_url="http://q:6333"
+        processes=2, database_url="postgresql+psycopg://app@db/m", qdrant_url="http://q:6333"
     )
     assert refusal(shared) is None
-    embedded = refusal(_settings(workers=2))
+    embedded = refusal(_settings(processes=2))
     assert embedded is not None
     assert "SQLite" in embedded
     assert "embedded Qdrant engine" in embedded
-    qdrant_only = refusal(_settings(workers=3, database_url="postgresql+psycopg://app@db/m"))
+    qdrant_only = refusal(_settings(processes=3, database_url="postgresql+psycopg://app@db/m"))
     assert qdrant_only is not None
-    assert "--workers 3" in qdrant_only
+    assert "--processes 3" in qdrant_only
     assert "embedded Qdrant engine" in qdrant_only
     assert "SQLite" not in qdrant_only
+
+
+def serve_settings(*argv: str) -> Settings:
+    """The settings `memoria serve ARGV` would run with."""
+    return _cli_settings(_parser().parse_args(["serve", *argv]))
+
+
+def test_processes_and_its_old_name_workers_are_one_flag() -> None:
+    assert serve_settings().processes == 1
+    assert serve_settings("--processes", "3").processes == 3
+    assert serve_settings("--workers", "2").processes == 2
+
+
+def test_memoria_workers_still_sets_the_serving_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [n for n in os.environ if n.startswith("MEMORIA_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MEMORIA_WORKERS", "2")
+    assert Settings().processes == 2
+    assert serve_settings("--processes", "4").processes == 4  # the flag wins, as ever
+    monkeypatch.setenv("MEMORIA_PROCESSES", "3")
+    assert Settings().processes == 3  # the new name wins over the old
+    environ = {"MEMORIA_WORKERS": "2", "MEMORIA_PROCESSES": "2", "MEMORIA_PROCESSS": "2"}
+    assert Settings.unknown_env(environ) == ["MEMORIA_PROCESSS"]
+    assert Settings.unknown_env({"MEMORIA_BENCH_PG": "fast"}) == []  # the benchmarks' own
