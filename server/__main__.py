@@ -330,7 +330,7 @@ def _serve(settings: Settings, port_file: Path | None, worker_index: int | None 
     # Everything built so far (the embedding model, the stemmer, gRPC, SQLAlchemy) lives as
     # long as the process: out of the collector's reach, a full collection scans only what
     # calls allocate. Measured on the rewrite path: full collections took ~80 ms each, about
-    # 130,000 objects scanned every time (bench/README.md).
+    # 130,000 objects scanned every time (docs/decisions.md).
     gc.freeze()
     log.info(
         "serving memoria on port %d (auth=%s, store=%s, pid %d)",

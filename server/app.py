@@ -422,9 +422,9 @@ def start(
     )
 
     # Sync server with a thread pool, not grpc.aio: the handlers block on SQLAlchemy/psycopg,
-    # and bench/sync_vs_aio.py measured the frameworks within about 15% of each other on a
-    # no-op (sync ahead with one call in flight, aio ahead with 16). One code path, no event
-    # loop around blocking drivers.
+    # and a comparison driver (docs/decisions.md) measured the frameworks within about 15% of
+    # each other on a no-op (sync ahead with one call in flight, aio ahead with 16). One code
+    # path, no event loop around blocking drivers.
     # Admission (server/rpc/limits.py): requests are received under a time bound on a pool
     # large enough for the waiting, while at most `threads` calls execute at once (the
     # measured optimum above); long-lived streams run on a pool of their own.
