@@ -16,9 +16,11 @@ its own interceptor and error types. Adopting it meant a second set of servicers
 authentication path and a second error table beside the gRPC ones, or rewriting the gRPC
 server onto it; the team's rule is one copy of each rule. The protocols' unary forms are
 small and fully specified (connectrpc.com/docs/protocol, the gRPC-Web spec in grpc/grpc's
-PROTOCOL-WEB.md), so this module carries them in about three hundred lines on Starlette and
-uvicorn, maintained libraries already in the environment. Streaming methods are not served
-(Memoria's contract has none: buf's UNARY_RPC rule).
+PROTOCOL-WEB.md), so this one module carries them, on Starlette and uvicorn (maintained
+libraries already in the environment). Streaming methods are not served (Memoria's contract
+has none: buf's UNARY_RPC rule). Connect's GET form of idempotent calls and compressed
+requests are not served either (UNIMPLEMENTED): browsers' Connect clients use neither by
+default.
 
 Costs: one loopback gRPC hop per browser call (a settings page makes a few calls per
 minute). Request bodies are refused above MEMORIA_MAX_RECEIVE_MESSAGE_BYTES before they are
@@ -175,11 +177,6 @@ def _failure_of(status: grpc.Status) -> _Failure:
         if key == "grpc-status-details-bin" and isinstance(value, bytes):
             details = value
     return _Failure(status.code, status.details, details)
-
-
-def _malformed_body(why: str) -> _Failure:
-    """A body that cannot be carried at all (bad gRPC-Web framing is forwarded instead)."""
-    return _failure_of(to_status(MemoriaError(ErrorReason.MALFORMED_REQUEST, why)))
 
 
 def _too_large(limit: int) -> _Failure:
