@@ -18,9 +18,8 @@ server onto it; the team's rule is one copy of each rule. The protocols' unary f
 small and fully specified (connectrpc.com/docs/protocol, the gRPC-Web spec in grpc/grpc's
 PROTOCOL-WEB.md), so this one module carries them, on Starlette and uvicorn (maintained
 libraries already in the environment). Streaming methods are not served (Memoria's contract
-has none: buf's UNARY_RPC rule). Connect's GET form of idempotent calls and compressed
-requests are not served either (UNIMPLEMENTED): browsers' Connect clients use neither by
-default.
+has none: buf's UNARY_RPC rule), nor Connect's GET form of idempotent calls (HTTP 404), nor
+compressed requests (UNIMPLEMENTED): browsers' Connect clients use neither by default.
 
 Costs: one loopback gRPC hop per browser call (a settings page makes a few calls per
 minute). Request bodies are refused above MEMORIA_MAX_RECEIVE_MESSAGE_BYTES before they are
