@@ -20,7 +20,8 @@ from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as block_service_pb
 from memoria.v1 import memory_block_service_pb2_grpc as block_grpc
-from server.domain.model import EncodedQuery, SearchScope
+from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
+from server.domain.model import EncodedQuery, IndexedChunk, SearchScope, TurnKey
 from server.storage.qdrant_edge import QdrantEdgeChunkIndex
 from tests.api.conftest import (
     Api,
@@ -151,6 +152,32 @@ def test_exact_words_of_other_scripts_are_found_first(api: Api, query: str, turn
     (first, *_rest) = search(api, ana, query)
     assert first.turn_id == turn
     assert first.keyword_rank == 1
+
+
+def test_chunks_of_an_older_keyword_representation_are_encoded_again_while_serving(
+    api: Api,
+) -> None:
+    """Chunks indexed before the turn's date was on the keyword side (version 1, written
+    here as an older release wrote them) are re-encoded by the running server's worker from
+    their stored text and time; meanwhile and after, search serves them."""
+    chunks = api.running.index
+    encoder = KeywordEncoder()
+    dense = shared_embedder().embed_documents(["we adopted a cat named Miso"])[0]
+    may = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    for n in range(40):
+        text = "we adopted a cat named Miso" if n == 7 else f"an older turn, number {n}"
+        chunk = IndexedChunk(0, text, dense, encoder.encode_document(text))
+        chunks.upsert_turn(TurnKey(api.tenant, "ana", "old", f"t{n}"), may, [chunk])
+    ana = api.who("ana")
+    assert search(api, ana, "Miso")[0].turn_id == "t7"  # served before re-encoding
+    index(api, ana, "new", "t1", "Anything new?", "Nothing much.", wait=False)  # wakes it
+    deadline = time.monotonic() + PURGE_TIMEOUT_S
+    while chunks.count_stale_keyword_chunks(KEYWORD_VERSION):
+        assert time.monotonic() < deadline, "the old chunks were never encoded again"
+        time.sleep(0.05)  # polling the background worker, bounded
+    (first, *_rest) = search(api, ana, "8 May 2023 Miso")
+    assert (first.turn_id, first.keyword_rank) == ("t7", 1)
+    assert first.text == "we adopted a cat named Miso"
 
 
 def test_paraphrase_is_found_semantically(api: Api) -> None:
