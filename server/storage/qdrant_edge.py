@@ -405,12 +405,14 @@ class QdrantEdgeChunkIndex:
         )
         return [stored_chunk(r.payload or {}) for r in records]
 
+    @_engine_errors()
     def count_stale_keyword_chunks(self, version: int) -> int:
         """Exact number of chunks whose keyword vector is not of `version`."""
         return self._shard.count(
             CountRequest(exact=True, filter=_filter(stale_keywords_filter(version)))
         )
 
+    @_engine_errors()
     def set_keyword_vectors(
         self, updates: Sequence[tuple[StoredChunk, DomainSparseVector]], version: int
     ) -> None:
@@ -442,6 +444,7 @@ class QdrantEdgeChunkIndex:
         )
         self._shard.update(UpdateOperation.set_payload(existing, {KEYWORD_VERSION_FIELD: version}))
 
+    @_engine_errors()
     def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:
         """Delete every chunk of the conversation, however many, in one filtered delete."""
         spec = owner_filter(tenant_id, principal_id, conversation_id)

@@ -123,6 +123,9 @@ def edge_operations(index: QdrantEdgeChunkIndex) -> dict[str, Callable[[], objec
         "delete_principal": lambda: index.delete_principal("t1", "ana"),
         "count": lambda: index.count("t1", "ana"),
         "turn_chunks": lambda: index.turn_chunks("t1", "ana", [("c1", "u1")]),
+        "stale_keyword_chunks": lambda: index.stale_keyword_chunks(0, 10),
+        "count_stale_keyword_chunks": lambda: index.count_stale_keyword_chunks(0),
+        "set_keyword_vectors": lambda: index.set_keyword_vectors([], 0),
         "check": index.check,
         "flush": index.flush,
     }
@@ -139,7 +142,7 @@ def test_every_operation_on_a_closed_embedded_index_is_store_unavailable(tmp_pat
             operation()
         reasons[name] = raised.value.reason
     assert reasons == dict.fromkeys(reasons, ErrorReason.STORE_UNAVAILABLE)
-    assert len(reasons) == 8
+    assert len(reasons) == 11
 
 
 def test_an_embedded_index_whose_directory_is_gone_is_store_unavailable(tmp_path: Path) -> None:
@@ -167,3 +170,16 @@ def test_a_request_built_wrong_is_not_an_outage(tmp_path: Path) -> None:
         assert index.count("t1", "ana") == 0  # and the index still serves
     finally:
         index.close()
+
+
+def test_every_public_operation_of_the_embedded_index_maps_engine_errors() -> None:
+    """The mapping is a decorator on each operation (qdrant_edge._engine_errors); an
+    operation added without it would let the engine's errors through as INTERNAL."""
+    public = {
+        name: member
+        for name, member in vars(QdrantEdgeChunkIndex).items()
+        if callable(member) and not name.startswith("_")
+    }
+    unmapped = sorted(name for name, member in public.items() if not hasattr(member, "__wrapped__"))
+    assert unmapped == []
+    assert len(public) >= 12
