@@ -33,8 +33,9 @@ Usage (from the repository root)::
     .venv/bin/python bench/bench_telemetry.py --sqlite        # the embedded default instead
 
 PostgreSQL as in bench_blocks.py (the durable cluster of ``harness.bench_pg_urls``, or the
-tests' with ``MEMORIA_BENCH_PG=fast``; database ``memoria_bench``, dropped at the end). Everything binds and targets 127.0.0.1
-only; every process started here is stopped before it exits, also on Ctrl-C or SIGTERM.
+tests' with ``MEMORIA_BENCH_PG=fast``; database ``memoria_bench``, dropped at the end).
+Everything binds and targets 127.0.0.1 only; every process started here is stopped before it
+exits, also on Ctrl-C or SIGTERM.
 Exit status 0 when every run finished with no failed call and spans reached the collector;
 a missed target is reported, not an exit status.
 """
