@@ -144,3 +144,31 @@ def test_the_readme_error_table_documents_every_reason_and_key() -> None:
     for reason in ErrorReason:
         for key in metadata_keys(reason):
             assert f"`{key}`" in rows[reason.name], f"{reason.name}: metadata `{key}`"
+
+
+def _contract_value_comments() -> dict[str, str]:
+    """Each ErrorReason value's leading comment in the contract, by value name without the
+    prefix (read from proto/, the source the stubs and every client are generated from)."""
+    proto = (ROOT / "proto" / "memoria" / "v1" / "error_reason.proto").read_text(encoding="utf-8")
+    comments: dict[str, str] = {}
+    pending: list[str] = []
+    for line in proto.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("//"):
+            pending.append(stripped[2:].strip())
+        elif match := re.match(r"ERROR_REASON_([A-Z_]+) = \d+;", stripped):
+            comments[match.group(1)] = " ".join(pending)
+            pending = []
+        else:
+            pending = []
+    return comments
+
+
+def test_the_contract_documents_every_reasons_metadata_keys() -> None:
+    """The keys declared once in DETAILS_OF are the keys the contract's comments name: a key
+    added to a declaration fails here until the contract documents it."""
+    comments = _contract_value_comments()
+    assert set(comments) == {"UNSPECIFIED"} | {reason.name for reason in ErrorReason}
+    for reason in ErrorReason:
+        for key in metadata_keys(reason):
+            assert f"`{key}`" in comments[reason.name], f"{reason.name}: metadata `{key}`"

@@ -382,8 +382,12 @@ type SearchHit struct {
 	Text string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
 	// When the turn happened, as sent to IndexTurn.
 	TurnTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=turn_time,json=turnTime,proto3" json:"turn_time,omitempty"`
-	// Reciprocal rank fusion score: the sum over both retrieval sides of
-	// 1 / (60 + rank). Higher is better; only comparable within one response.
+	// Fused score, 0 to 1: each retrieval side's scores are min-max normalized
+	// over that side's top turns of this search (its best 1, its last 0), and
+	// the score is 0.7 times the keyword value plus 0.3 times the semantic value
+	// (0 for a side that did not find the turn). Higher is better; only
+	// comparable within one response. The weights may change between releases.
+	// (Before this fusion the score was reciprocal rank fusion.)
 	Score float64 `protobuf:"fixed64,6,opt,name=score,proto3" json:"score,omitempty"`
 	// 1-based rank of this turn among the keyword (BM25) results; 0 when
 	// keyword retrieval did not find it.

@@ -51,8 +51,9 @@ type ConversationSearchServiceClient interface {
 	// INDEX_TURN_OUTCOME_SKIPPED_MEMORY_DISABLED).
 	IndexTurn(ctx context.Context, in *IndexTurnRequest, opts ...grpc.CallOption) (*IndexTurnResponse, error)
 	// SearchConversations runs keyword and semantic retrieval together over the
-	// caller's indexed turns, fuses them by reciprocal rank fusion and returns
-	// the best chunk of each matching turn, best first. Turns of deleted
+	// caller's indexed turns, fuses them by a weighted normalized score fusion
+	// (see `SearchHit.score`) and returns the best chunk of each matching turn,
+	// best first. Turns of deleted
 	// conversations never appear. Empty when memory is off. If either retrieval
 	// side is unavailable the call fails (UNAVAILABLE) rather than returning
 	// results from one side only.
@@ -184,8 +185,9 @@ type ConversationSearchServiceServer interface {
 	// INDEX_TURN_OUTCOME_SKIPPED_MEMORY_DISABLED).
 	IndexTurn(context.Context, *IndexTurnRequest) (*IndexTurnResponse, error)
 	// SearchConversations runs keyword and semantic retrieval together over the
-	// caller's indexed turns, fuses them by reciprocal rank fusion and returns
-	// the best chunk of each matching turn, best first. Turns of deleted
+	// caller's indexed turns, fuses them by a weighted normalized score fusion
+	// (see `SearchHit.score`) and returns the best chunk of each matching turn,
+	// best first. Turns of deleted
 	// conversations never appear. Empty when memory is off. If either retrieval
 	// side is unavailable the call fails (UNAVAILABLE) rather than returning
 	// results from one side only.

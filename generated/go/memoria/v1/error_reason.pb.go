@@ -28,6 +28,8 @@ const (
 // "ERROR_REASON_BLOCK_TOO_LONG", so a client maps it back with its generated
 // enum (Go: `ErrorReason_value[info.Reason]`, Python: `ErrorReason.Value(...)`).
 // The ErrorInfo `domain` is always "memoria.v1". Values are only ever added.
+// Each value's comment names every ErrorInfo metadata key it carries; a value
+// whose comment names none carries no metadata.
 type ErrorReason int32
 
 const (
@@ -55,7 +57,9 @@ const (
 	ErrorReason_ERROR_REASON_BLOCK_TOO_LONG ErrorReason = 5
 	// Status ABORTED. The request carried an etag and the stored block has
 	// changed since that etag was read. Nothing was saved. Read the block again
-	// (or write without an etag to overwrite).
+	// (or write without an etag to overwrite). ErrorInfo metadata
+	// `current_etag` is the stored block's etag now (empty when there is no
+	// block).
 	ErrorReason_ERROR_REASON_ETAG_MISMATCH ErrorReason = 6
 	// Status FAILED_PRECONDITION. The principal has turned memory off, so the
 	// model's writes are refused. The user can still read, edit and delete.
@@ -76,6 +80,7 @@ const (
 	ErrorReason_ERROR_REASON_WRITE_CONFLICT ErrorReason = 11
 	// Status FAILED_PRECONDITION. The conversation was deleted, so a turn for
 	// it is refused and can never bring it back. Use a new conversation id.
+	// ErrorInfo metadata `conversation_id` names the deleted conversation.
 	ErrorReason_ERROR_REASON_CONVERSATION_DELETED ErrorReason = 12
 	// Status INVALID_ARGUMENT. The request's bytes could not be decoded as the
 	// method's request message (invalid UTF-8 in a string field, a truncated
@@ -92,7 +97,10 @@ const (
 	// Status RESOURCE_EXHAUSTED. The server's disk is too full to accept a write
 	// safely (free space is below the configured watermark). Nothing was
 	// written; reads keep working. Retry with backoff: writes resume by
-	// themselves once space is freed.
+	// themselves once space is freed. ErrorInfo metadata `free_bytes` and
+	// `watermark_bytes` (decimal) are set when the embedded data directory's
+	// free-space watermark refused the write, and absent when the database or
+	// index reported its own disk full.
 	ErrorReason_ERROR_REASON_STORAGE_FULL ErrorReason = 15
 )
 

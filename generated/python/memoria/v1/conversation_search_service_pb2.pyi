@@ -233,8 +233,12 @@ class SearchHit(_message.Message):
     text: _builtins.str
     """The chunk's text (at most 4,000 characters)."""
     score: _builtins.float
-    """Reciprocal rank fusion score: the sum over both retrieval sides of
-    1 / (60 + rank). Higher is better; only comparable within one response.
+    """Fused score, 0 to 1: each retrieval side's scores are min-max normalized
+    over that side's top turns of this search (its best 1, its last 0), and
+    the score is 0.7 times the keyword value plus 0.3 times the semantic value
+    (0 for a side that did not find the turn). Higher is better; only
+    comparable within one response. The weights may change between releases.
+    (Before this fusion the score was reciprocal rank fusion.)
     """
     keyword_rank: _builtins.int
     """1-based rank of this turn among the keyword (BM25) results; 0 when

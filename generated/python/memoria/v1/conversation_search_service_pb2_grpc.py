@@ -103,8 +103,9 @@ class ConversationSearchServiceServicer:
 
     def SearchConversations(self, request, context):
         """SearchConversations runs keyword and semantic retrieval together over the
-        caller's indexed turns, fuses them by reciprocal rank fusion and returns
-        the best chunk of each matching turn, best first. Turns of deleted
+        caller's indexed turns, fuses them by a weighted normalized score fusion
+        (see `SearchHit.score`) and returns the best chunk of each matching turn,
+        best first. Turns of deleted
         conversations never appear. Empty when memory is off. If either retrieval
         side is unavailable the call fails (UNAVAILABLE) rather than returning
         results from one side only.

@@ -54,8 +54,9 @@ class ConversationSearchServiceStub:
     """
     SearchConversations: _grpc.UnaryUnaryMultiCallable[_conversation_search_service_pb2.SearchConversationsRequest, _conversation_search_service_pb2.SearchConversationsResponse]
     """SearchConversations runs keyword and semantic retrieval together over the
-    caller's indexed turns, fuses them by reciprocal rank fusion and returns
-    the best chunk of each matching turn, best first. Turns of deleted
+    caller's indexed turns, fuses them by a weighted normalized score fusion
+    (see `SearchHit.score`) and returns the best chunk of each matching turn,
+    best first. Turns of deleted
     conversations never appear. Empty when memory is off. If either retrieval
     side is unavailable the call fails (UNAVAILABLE) rather than returning
     results from one side only.
@@ -124,8 +125,9 @@ class ConversationSearchServiceAsyncStub(ConversationSearchServiceStub):
     """
     SearchConversations: _aio.UnaryUnaryMultiCallable[_conversation_search_service_pb2.SearchConversationsRequest, _conversation_search_service_pb2.SearchConversationsResponse]  # type: ignore[assignment]
     """SearchConversations runs keyword and semantic retrieval together over the
-    caller's indexed turns, fuses them by reciprocal rank fusion and returns
-    the best chunk of each matching turn, best first. Turns of deleted
+    caller's indexed turns, fuses them by a weighted normalized score fusion
+    (see `SearchHit.score`) and returns the best chunk of each matching turn,
+    best first. Turns of deleted
     conversations never appear. Empty when memory is off. If either retrieval
     side is unavailable the call fails (UNAVAILABLE) rather than returning
     results from one side only.
@@ -203,8 +205,9 @@ class ConversationSearchServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_conversation_search_service_pb2.SearchConversationsResponse, _abc.Awaitable[_conversation_search_service_pb2.SearchConversationsResponse]]:
         """SearchConversations runs keyword and semantic retrieval together over the
-        caller's indexed turns, fuses them by reciprocal rank fusion and returns
-        the best chunk of each matching turn, best first. Turns of deleted
+        caller's indexed turns, fuses them by a weighted normalized score fusion
+        (see `SearchHit.score`) and returns the best chunk of each matching turn,
+        best first. Turns of deleted
         conversations never appear. Empty when memory is off. If either retrieval
         side is unavailable the call fails (UNAVAILABLE) rather than returning
         results from one side only.

@@ -52,7 +52,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_ETAG_MISMATCH: _ErrorReason.ValueType  # 6
     """Status ABORTED. The request carried an etag and the stored block has
     changed since that etag was read. Nothing was saved. Read the block again
-    (or write without an etag to overwrite).
+    (or write without an etag to overwrite). ErrorInfo metadata
+    `current_etag` is the stored block's etag now (empty when there is no
+    block).
     """
     ERROR_REASON_MEMORY_DISABLED: _ErrorReason.ValueType  # 7
     """Status FAILED_PRECONDITION. The principal has turned memory off, so the
@@ -79,6 +81,7 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_CONVERSATION_DELETED: _ErrorReason.ValueType  # 12
     """Status FAILED_PRECONDITION. The conversation was deleted, so a turn for
     it is refused and can never bring it back. Use a new conversation id.
+    ErrorInfo metadata `conversation_id` names the deleted conversation.
     """
     ERROR_REASON_MALFORMED_REQUEST: _ErrorReason.ValueType  # 13
     """Status INVALID_ARGUMENT. The request's bytes could not be decoded as the
@@ -98,7 +101,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """Status RESOURCE_EXHAUSTED. The server's disk is too full to accept a write
     safely (free space is below the configured watermark). Nothing was
     written; reads keep working. Retry with backoff: writes resume by
-    themselves once space is freed.
+    themselves once space is freed. ErrorInfo metadata `free_bytes` and
+    `watermark_bytes` (decimal) are set when the embedded data directory's
+    free-space watermark refused the write, and absent when the database or
+    index reported its own disk full.
     """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
@@ -109,6 +115,8 @@ class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     "ERROR_REASON_BLOCK_TOO_LONG", so a client maps it back with its generated
     enum (Go: `ErrorReason_value[info.Reason]`, Python: `ErrorReason.Value(...)`).
     The ErrorInfo `domain` is always "memoria.v1". Values are only ever added.
+    Each value's comment names every ErrorInfo metadata key it carries; a value
+    whose comment names none carries no metadata.
     """
 
 ERROR_REASON_UNSPECIFIED: ErrorReason.ValueType  # 0
@@ -141,7 +149,9 @@ trim lines and write again.
 ERROR_REASON_ETAG_MISMATCH: ErrorReason.ValueType  # 6
 """Status ABORTED. The request carried an etag and the stored block has
 changed since that etag was read. Nothing was saved. Read the block again
-(or write without an etag to overwrite).
+(or write without an etag to overwrite). ErrorInfo metadata
+`current_etag` is the stored block's etag now (empty when there is no
+block).
 """
 ERROR_REASON_MEMORY_DISABLED: ErrorReason.ValueType  # 7
 """Status FAILED_PRECONDITION. The principal has turned memory off, so the
@@ -168,6 +178,7 @@ saved; retry the write.
 ERROR_REASON_CONVERSATION_DELETED: ErrorReason.ValueType  # 12
 """Status FAILED_PRECONDITION. The conversation was deleted, so a turn for
 it is refused and can never bring it back. Use a new conversation id.
+ErrorInfo metadata `conversation_id` names the deleted conversation.
 """
 ERROR_REASON_MALFORMED_REQUEST: ErrorReason.ValueType  # 13
 """Status INVALID_ARGUMENT. The request's bytes could not be decoded as the
@@ -187,6 +198,9 @@ ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 15
 """Status RESOURCE_EXHAUSTED. The server's disk is too full to accept a write
 safely (free space is below the configured watermark). Nothing was
 written; reads keep working. Retry with backoff: writes resume by
-themselves once space is freed.
+themselves once space is freed. ErrorInfo metadata `free_bytes` and
+`watermark_bytes` (decimal) are set when the embedded data directory's
+free-space watermark refused the write, and absent when the database or
+index reported its own disk full.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -229,8 +229,12 @@ export type SearchHit = Message<"memoria.v1.SearchHit"> & {
   turnTime?: Timestamp | undefined;
 
   /**
-   * Reciprocal rank fusion score: the sum over both retrieval sides of
-   * 1 / (60 + rank). Higher is better; only comparable within one response.
+   * Fused score, 0 to 1: each retrieval side's scores are min-max normalized
+   * over that side's top turns of this search (its best 1, its last 0), and
+   * the score is 0.7 times the keyword value plus 0.3 times the semantic value
+   * (0 for a side that did not find the turn). Higher is better; only
+   * comparable within one response. The weights may change between releases.
+   * (Before this fusion the score was reciprocal rank fusion.)
    *
    * @generated from field: double score = 6;
    */
@@ -821,8 +825,9 @@ export const ConversationSearchService: GenService<{
   },
   /**
    * SearchConversations runs keyword and semantic retrieval together over the
-   * caller's indexed turns, fuses them by reciprocal rank fusion and returns
-   * the best chunk of each matching turn, best first. Turns of deleted
+   * caller's indexed turns, fuses them by a weighted normalized score fusion
+   * (see `SearchHit.score`) and returns the best chunk of each matching turn,
+   * best first. Turns of deleted
    * conversations never appear. Empty when memory is off. If either retrieval
    * side is unavailable the call fails (UNAVAILABLE) rather than returning
    * results from one side only.

@@ -19,6 +19,8 @@ export const file_memoria_v1_error_reason: GenFile = /*@__PURE__*/
  * "ERROR_REASON_BLOCK_TOO_LONG", so a client maps it back with its generated
  * enum (Go: `ErrorReason_value[info.Reason]`, Python: `ErrorReason.Value(...)`).
  * The ErrorInfo `domain` is always "memoria.v1". Values are only ever added.
+ * Each value's comment names every ErrorInfo metadata key it carries; a value
+ * whose comment names none carries no metadata.
  *
  * @generated from enum memoria.v1.ErrorReason
  */
@@ -78,7 +80,9 @@ export enum ErrorReason {
   /**
    * Status ABORTED. The request carried an etag and the stored block has
    * changed since that etag was read. Nothing was saved. Read the block again
-   * (or write without an etag to overwrite).
+   * (or write without an etag to overwrite). ErrorInfo metadata
+   * `current_etag` is the stored block's etag now (empty when there is no
+   * block).
    *
    * @generated from enum value: ERROR_REASON_ETAG_MISMATCH = 6;
    */
@@ -129,6 +133,7 @@ export enum ErrorReason {
   /**
    * Status FAILED_PRECONDITION. The conversation was deleted, so a turn for
    * it is refused and can never bring it back. Use a new conversation id.
+   * ErrorInfo metadata `conversation_id` names the deleted conversation.
    *
    * @generated from enum value: ERROR_REASON_CONVERSATION_DELETED = 12;
    */
@@ -160,7 +165,10 @@ export enum ErrorReason {
    * Status RESOURCE_EXHAUSTED. The server's disk is too full to accept a write
    * safely (free space is below the configured watermark). Nothing was
    * written; reads keep working. Retry with backoff: writes resume by
-   * themselves once space is freed.
+   * themselves once space is freed. ErrorInfo metadata `free_bytes` and
+   * `watermark_bytes` (decimal) are set when the embedded data directory's
+   * free-space watermark refused the write, and absent when the database or
+   * index reported its own disk full.
    *
    * @generated from enum value: ERROR_REASON_STORAGE_FULL = 15;
    */
