@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +42,7 @@ from server.storage.sql import SqlMemoryStore
 from tests.api.conftest import error_info
 from tests.conftest import APP_ROLE
 from tests.postgres_server import OwnPostgres, free_port
+from tests.processes import wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORIA = ROOT / ".venv" / "bin" / "memoria"
@@ -120,21 +120,6 @@ def _serve(data_dir: Path, tmp_path: Path, log: Path) -> subprocess.Popen[bytes]
         )
 
 
-def _port(process: subprocess.Popen[bytes], tmp_path: Path, log: Path) -> int:
-    port_file = tmp_path / "port"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        content = port_file.read_text().strip() if port_file.exists() else ""
-        if content.isdigit():
-            return int(content)
-        try:
-            code = process.wait(timeout=0.05)
-        except subprocess.TimeoutExpired:
-            continue
-        raise AssertionError(f"memoria exited with {code}:\n{log.read_text(errors='replace')}")
-    raise AssertionError(f"no port file after {START_TIMEOUT_S}s:\n{log.read_text()}")
-
-
 def _watch_until(channel: grpc.Channel, service: str, status: int) -> None:
     """Follow health Watch of `service` until it reports `status` (bounded by the call)."""
     watch = health_pb2_grpc.HealthStub(channel).Watch(
@@ -183,7 +168,8 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_recovers(
     log = tmp_path / "server.log"
     process = _serve(data_dir, tmp_path, log)
     try:
-        channel = grpc.insecure_channel(f"127.0.0.1:{_port(process, tmp_path, log)}")
+        port = wait_for_port(process, tmp_path / "port", log, timeout=START_TIMEOUT_S)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         blocks = pb_grpc.MemoryBlockServiceStub(channel)
         search = search_grpc.ConversationSearchServiceStub(channel)
         _rewrite(blocks, "Preferred name: Ana")

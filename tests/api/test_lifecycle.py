@@ -32,6 +32,7 @@ from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
 from server.storage.qdrant_edge import QdrantEdgeChunkIndex
 from tests.api.conftest import shared_embedder
 from tests.conftest import SQL_KINDS, PgDatabase
+from tests.processes import wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORIA = ROOT / ".venv" / "bin" / "memoria"
@@ -89,21 +90,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _wait_for_port(process: subprocess.Popen[bytes], port_file: Path, log: Path) -> int:
-    """Poll the port file the server writes once it is serving (bounded, fails fast on exit)."""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        content = port_file.read_text().strip() if port_file.exists() else ""
-        if content.isdigit():
-            return int(content)
-        try:
-            code = process.wait(timeout=0.05)
-        except subprocess.TimeoutExpired:
-            continue
-        raise AssertionError(f"memoria exited with {code}:\n{log.read_text(errors='replace')}")
-    raise AssertionError(f"no port file after {START_TIMEOUT_S}s:\n{log.read_text()}")
-
-
 @pytest.fixture
 def launch(tmp_path: Path) -> Iterator[Launch]:
     """Starts `memoria serve` on a data dir; every process started is killed at the end."""
@@ -134,7 +120,7 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
                 stderr=subprocess.STDOUT,
             )
         try:
-            port = _wait_for_port(process, port_file, log)
+            port = wait_for_port(process, port_file, log, timeout=START_TIMEOUT_S)
             channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         except BaseException:
             process.kill()

@@ -35,6 +35,7 @@ from memoria_client import MemoriaTurnAdapter
 from memoria_client.mcp_server import PROMPT_SECTION_URI, _StdioTurns
 from memoria_client.tool_files import load_source
 from tests.api.conftest import Api, server_settings, serving
+from tests.processes import wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORIA = ROOT / ".venv" / "bin" / "memoria"
@@ -245,21 +246,6 @@ class McpHttp:
     api: Api
 
 
-def _wait_for_port(process: subprocess.Popen[bytes], port_file: Path, log: Path) -> int:
-    """The port the subprocess writes once it listens (bounded; fails fast if it exits)."""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        content = port_file.read_text().strip() if port_file.exists() else ""
-        if content.isdigit():
-            return int(content)
-        try:
-            code = process.wait(timeout=0.05)
-        except subprocess.TimeoutExpired:
-            continue
-        raise AssertionError(f"memoria mcp exited with {code}:\n{log.read_text()}")
-    raise AssertionError(f"no port file after {START_TIMEOUT_S}s:\n{log.read_text()}")
-
-
 @pytest.fixture
 def mcp_http(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[McpHttp]:
     settings = server_settings(
@@ -289,7 +275,7 @@ def mcp_http(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[McpHttp
                 stderr=subprocess.STDOUT,
             )
         try:
-            port = _wait_for_port(process, port_file, log)
+            port = wait_for_port(process, port_file, log, timeout=START_TIMEOUT_S)
             yield McpHttp(f"http://127.0.0.1:{port}/mcp", api)
         finally:
             process.terminate()
