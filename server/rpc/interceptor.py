@@ -23,8 +23,6 @@ contract gains one.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -37,6 +35,7 @@ from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.model import Identity
 from server.rpc.auth import Authenticator, unauthenticated
 from server.rpc.errors import internal_status, to_status
+from server.rpc.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -95,40 +94,6 @@ def malformed_error() -> MemoriaError:
         "the request bytes are not a valid message of this method's request type "
         "(for example a string field that is not UTF-8, or a truncated field)",
     )
-
-
-class RateLimitedLog:
-    """Logs at most one line per `interval_s`; the next line counts those left out.
-
-    Hand-written because it is a few lines around the stdlib logger, where a dependency
-    (or a logging filter, which cannot count what it drops per message) would be more.
-    """
-
-    def __init__(
-        self,
-        logger: logging.Logger,
-        interval_s: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._log = logger
-        self._interval = interval_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._next = float("-inf")
-        self._dropped = 0
-
-    def warning(self, message: str, *args: object) -> bool:
-        """Log `message % args` unless a line was logged less than the interval ago."""
-        with self._lock:
-            now = self._clock()
-            if now < self._next:
-                self._dropped += 1
-                return False
-            dropped, self._dropped = self._dropped, 0
-            self._next = now + self._interval
-        suffix = f" ({dropped} more since the last such line)" if dropped else ""
-        self._log.warning(message + suffix, *args)
-        return True
 
 
 class UnaryWrappingInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]

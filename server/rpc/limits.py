@@ -45,6 +45,8 @@ from typing import Any, TypeAlias
 
 import grpc
 
+from server.rpc.ratelimit import RateLimitedLog
+
 log = logging.getLogger(__name__)
 
 LOG_INTERVAL_SECONDS = 60.0
@@ -121,25 +123,6 @@ class ReceiveBounds:
                 log.debug("cancelled %d calls whose request did not arrive", len(contexts))
 
 
-class _Throttled:
-    """A warning at most once per interval, with the count of what it stands for."""
-
-    def __init__(self, message: str) -> None:
-        self._message = message
-        self._count = 0
-        self._last = -LOG_INTERVAL_SECONDS
-        self._lock = threading.Lock()
-
-    def __call__(self) -> None:
-        with self._lock:
-            self._count += 1
-            now = time.monotonic()
-            if now - self._last < LOG_INTERVAL_SECONDS:
-                return
-            count, self._count, self._last = self._count, 0, now
-        log.warning("%s (%d since the last report)", self._message, count)
-
-
 class Admission:
     """Counts the calls waiting for their request, per connection, and decides who waits."""
 
@@ -148,7 +131,7 @@ class Admission:
         self._waiting: Counter[str] = Counter()
         self._total = 0
         self._lock = threading.Lock()
-        self._refused = _Throttled("refused calls of connections holding too many unsent requests")
+        self._refused = RateLimitedLog(log, LOG_INTERVAL_SECONDS)
 
     def enter(self, peer: str) -> bool:
         """Admit a call of connection `peer` to wait for its request (False: refuse it)."""
@@ -157,7 +140,9 @@ class Admission:
             if self._total >= limit:
                 fair_share = limit / max(1, len(self._waiting))
                 if self._waiting[peer] >= fair_share or self._total >= 2 * limit:
-                    self._refused()
+                    self._refused.warning(
+                        "refused calls of connections holding too many unsent requests"
+                    )
                     return False
             self._waiting[peer] += 1
             self._total += 1
@@ -192,7 +177,7 @@ class AdmissionInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         self.stream_pool = futures.ThreadPoolExecutor(
             max_workers=limits.max_streams + 2, thread_name_prefix="stream"
         )
-        self._streams_refused = _Throttled("refused long-lived streams over the limit")
+        self._streams_refused = RateLimitedLog(log, LOG_INTERVAL_SECONDS)
         self._handlers: dict[str, Handler | None] = {}
         self._handlers_lock = threading.Lock()
 
@@ -275,7 +260,7 @@ class AdmissionInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     def _stream(self, inner: Callable[..., Any], *, streaming: bool) -> Callable[..., Any]:
         def behavior(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
             if not self._streams.acquire(blocking=False):
-                self._streams_refused()
+                self._streams_refused.warning("refused long-lived streams over the limit")
                 context.abort(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"at most {self._limits.max_streams} long-lived streams at once",
