@@ -18,6 +18,9 @@ cancels out of the ratios), on loopback only:
    ``COPY`` as the schema owner; the servers connect as the service role (RLS in force). Both
    with the read cache (default) and without (``MEMORIA_READ_CACHE_ENTRIES=0``): four servers.
    Target: big <= 1.2x small, for each.
+   ``edge``: the same searches through ``memoria serve --data-dir`` on the embedded engine
+   (qdrant-edge), a small store against a big one (``--edge-chunks``; the full scale's
+   10,000 and 1,000,000), each serving process's RSS (the store is inside it) and disk use.
 3. ``index``: indexing throughput (turns/s and chunks/s) with 1 and 2 ``memoria worker``
    processes on PostgreSQL and the real Qdrant server, with the machine's CPU use (/proc/stat)
    and the workers' own.
