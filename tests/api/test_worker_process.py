@@ -21,8 +21,9 @@ from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
 from server.storage.qdrant_server import QdrantServerChunkIndex
 from tests.api.conftest import shared_embedder
-from tests.api.test_lifecycle import MEMORIA, _env, _wait_for_port
+from tests.api.test_lifecycle import MEMORIA, START_TIMEOUT_S, _env
 from tests.conftest import PgDatabase
+from tests.processes import wait_for_port
 from tests.qdrant_server import QdrantEndpoint
 
 pytestmark = [pytest.mark.postgres, pytest.mark.qdrant]
@@ -85,7 +86,7 @@ def test_a_separate_worker_indexes_and_survives_a_kill_mid_turn(
         server_env,
         server_log,
     )
-    port = _wait_for_port(server, port_file, server_log)
+    port = wait_for_port(server, port_file, server_log, timeout=START_TIMEOUT_S)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     stub = pb_grpc.ConversationSearchServiceStub(channel)
     when = Timestamp()

@@ -29,8 +29,9 @@ from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
-from tests.api.test_lifecycle import MEMORIA, _env, _wait_for_port
+from tests.api.test_lifecycle import MEMORIA, START_TIMEOUT_S, _env
 from tests.conftest import PgDatabase
+from tests.processes import wait_for_port
 from tests.qdrant_server import QdrantEndpoint
 
 GRACE_S = 2
@@ -166,7 +167,9 @@ def group(tmp_path: Path, postgres: PgDatabase, qdrant_env: dict[str, str]) -> I
         )
     running: Group | None = None
     try:
-        running = Group(process, _wait_for_port(process, port_file, log), log)
+        running = Group(
+            process, wait_for_port(process, port_file, log, timeout=START_TIMEOUT_S), log
+        )
         yield running
     finally:
         if running is not None:
