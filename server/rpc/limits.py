@@ -41,16 +41,16 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
 import grpc
 
+from server.rpc.interceptor import Handler, UnaryWrappingInterceptor
 from server.rpc.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
 LOG_INTERVAL_SECONDS = 60.0
-Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 REAP_TICK_SECONDS = 0.25
 """How often the reaper looks for requests past their bound (the bound's precision)."""
@@ -159,11 +159,12 @@ class Admission:
                 del self._waiting[peer]
 
 
-class AdmissionInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+class AdmissionInterceptor(UnaryWrappingInterceptor):
     """Serves every method under the limits (see the module docstring); outermost, so the
     handlers it wraps are the ones the other interceptors built."""
 
     def __init__(self, limits: Limits) -> None:
+        super().__init__()
         self._limits = limits
         self.bounds = ReceiveBounds()
         self._admission = Admission(limits)
@@ -178,8 +179,6 @@ class AdmissionInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             max_workers=limits.max_streams + 2, thread_name_prefix="stream"
         )
         self._streams_refused = RateLimitedLog(log, LOG_INTERVAL_SECONDS)
-        self._handlers: dict[str, Handler | None] = {}
-        self._handlers_lock = threading.Lock()
 
     def start(self) -> None:
         """Start the receive bounds' reaper."""
@@ -190,23 +189,9 @@ class AdmissionInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         self.bounds.stop()
         self.stream_pool.shutdown(wait=False, cancel_futures=True)
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        method: str = handler_call_details.method
-        try:
-            return self._handlers[method]
-        except KeyError:
-            pass
-        handler = continuation(handler_call_details)
-        wrapped = None if handler is None else self._wrap(handler)
-        with self._handlers_lock:
-            self._handlers[method] = wrapped
-        return wrapped
-
-    def _wrap(self, handler: Handler) -> Handler:
+    def _wrap_handler(self, handler: Handler, method: str) -> Handler:
+        """Every method, unary or streaming, served under the limits (kept per method by the
+        base class)."""
         deserializer = handler.request_deserializer
         serializer = handler.response_serializer
         if handler.unary_unary is not None:
