@@ -179,10 +179,48 @@ def build_read_cache(
 
 
 def build_embedder(settings: Settings) -> Embedder:
-    """The embedding model (all-MiniLM-L6-v2 on onnxruntime, from the installed package)."""
-    from server.storage.embedding import OnnxMiniLmEmbedder
+    """The embedding model: all-MiniLM-L6-v2 on onnxruntime (from the installed package), or
+    the OpenAI-compatible endpoint of `embedding_url`. An endpoint that cannot be used at start
+    (a key file that cannot be read, or the dimension probe failing) is a configuration
+    problem: one line and exit 1, like an unreachable Qdrant server."""
+    if settings.embedding_url is None:
+        from server.storage.embedding import OnnxMiniLmEmbedder
 
-    return OnnxMiniLmEmbedder(intra_op_threads=settings.embedding_threads)
+        return OnnxMiniLmEmbedder(intra_op_threads=settings.embedding_threads)
+    from urllib.parse import urlsplit
+
+    from server.domain.errors import MemoriaError
+    from server.storage.openai_embedding import EndpointConfig, OpenAiEmbedder
+
+    where = f"the embeddings endpoint at {settings.embedding_url}"
+    url = urlsplit(settings.embedding_url)
+    api_key = settings.embedding_api_key.get_secret_value() if settings.embedding_api_key else None
+    if settings.embedding_api_key_file is not None:
+        try:
+            api_key = settings.embedding_api_key_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise SystemExit(
+                f"memoria: cannot read the embeddings API key file "
+                f"{settings.embedding_api_key_file}: {type(error).__name__}"
+            ) from None
+    if api_key and url.scheme == "http" and not is_loopback(url.hostname or ""):
+        log.warning("%s is plain http: the API key crosses the network unencrypted", where)
+    assert settings.embedding_model is not None  # Settings requires it with a URL
+    config = EndpointConfig(
+        base_url=settings.embedding_url,
+        model=settings.embedding_model,
+        api_key=api_key or None,
+        dimension=settings.embedding_dimension,
+        send_dimension=settings.embedding_send_dimension,
+        timeout_seconds=settings.embedding_timeout_seconds,
+        max_retries=settings.embedding_max_retries,
+        batch_size=settings.embedding_batch_size,
+        max_input_chars=settings.embedding_max_input_chars,
+    )
+    try:
+        return OpenAiEmbedder(config)
+    except MemoriaError as error:  # STORE_UNAVAILABLE: the probe's failure is its cause
+        raise SystemExit(f"memoria: cannot use {where}: {error.__cause__ or error}") from None
 
 
 def build_chunk_index(settings: Settings, embedder: Embedder) -> ChunkIndex:

@@ -104,6 +104,39 @@ class Settings(BaseSettings):
     embedding_threads: int = Field(
         1, ge=1, le=64, description="onnxruntime threads per embedding call"
     )
+    # An external OpenAI-compatible embeddings endpoint instead of the in-process model
+    # (server/storage/openai_embedding.py). The collection records `openai:<model>:<dim>`,
+    # so index and query time use one model and a server with another refuses to start.
+    embedding_url: str | None = Field(
+        None, description="OpenAI-compatible API base, e.g. https://api.openai.com/v1; unset: local"
+    )
+    embedding_model: str | None = Field(
+        None, min_length=1, max_length=256, description="the endpoint's model name"
+    )
+    embedding_api_key: SecretStr | None = Field(None, description="sent as a Bearer token")
+    embedding_api_key_file: Path | None = Field(
+        None, description="a file holding the API key (a mounted secret), read at start"
+    )
+    # Set in production: a start then makes no request, so it does not depend on the
+    # endpoint being up (memory blocks need no embeddings); unset, one request finds it.
+    embedding_dimension: int | None = Field(
+        None, ge=1, le=65536, description="vector length; unset: asked of the endpoint at start"
+    )
+    embedding_send_dimension: bool = Field(
+        False, description="send `dimensions` (OpenAI text-embedding-3 shortens its vectors)"
+    )
+    embedding_timeout_seconds: float = Field(
+        10, gt=0, le=600, description="per request to the endpoint (connect, send, answer)"
+    )
+    embedding_max_retries: int = Field(
+        2, ge=0, le=10, description="tries again after 429, 5xx, timeouts, connection errors"
+    )
+    embedding_batch_size: int = Field(
+        32, ge=1, le=2048, description="inputs (windows of text) per request to the endpoint"
+    )
+    embedding_max_input_chars: int = Field(
+        2000, ge=16, le=1_000_000, description="characters per window of text sent to the endpoint"
+    )
     # Development and benchmarks only (bench/bench_search_quality.py): answer searches from
     # one retrieval side alone, with the same index and the same representations, to measure
     # what each side and the fusion contribute. Production leaves it at hybrid.
@@ -223,10 +256,36 @@ class Settings(BaseSettings):
                 raise ValueError(
                     "qdrant_url must be http(s)://HOST[:PORT], e.g. http://qdrant:6333"
                 )
+        self._check_embedding()
         keys = [self.jwt_hs256_secret, self.jwt_public_key_file, self.jwt_jwks_file]
         if sum(k is not None for k in keys) > 1:
             raise ValueError("configure exactly one JWT key source")
         return self
+
+    def _check_embedding(self) -> None:
+        """The endpoint's settings go together: a model with a URL, one key source, and no
+        endpoint setting left over without a URL (it would silently do nothing)."""
+        if self.embedding_url is None:
+            extra = [
+                name
+                for name in ("embedding_model", "embedding_api_key", "embedding_api_key_file")
+                if getattr(self, name) is not None
+            ]
+            if extra or self.embedding_dimension is not None:
+                names = ", ".join(extra or ["embedding_dimension"])
+                raise ValueError(f"{names}: needs embedding_url (the endpoint's API base)")
+            return
+        parts = urlsplit(self.embedding_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "embedding_url must be http(s)://HOST[:PORT][/PATH], e.g. https://api.openai.com/v1"
+            )
+        if self.embedding_model is None:
+            raise ValueError("embedding_url needs embedding_model (the endpoint's model name)")
+        if self.embedding_api_key is not None and self.embedding_api_key_file is not None:
+            raise ValueError("configure at most one of embedding_api_key, embedding_api_key_file")
+        if self.embedding_send_dimension and self.embedding_dimension is None:
+            raise ValueError("embedding_send_dimension needs embedding_dimension")
 
     @property
     def jwt_configured(self) -> bool:
