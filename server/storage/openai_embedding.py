@@ -170,7 +170,9 @@ class OpenAiEmbedder:
     and the probe fails (its cause says why, for the one line the server exits with).
     """
 
-    def __init__(self, config: EndpointConfig, *, transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self, config: EndpointConfig, *, transport: httpx.BaseTransport | None = None
+    ) -> None:
         """Connects lazily; with no configured dimension, makes one request to learn it.
         `transport` replaces httpx's default (a proxy or TLS setup of the caller's)."""
         if config.batch_size < 1 or config.max_input_chars < 16 or config.max_retries < 0:
@@ -184,8 +186,10 @@ class OpenAiEmbedder:
             headers=headers,
             timeout=httpx.Timeout(config.timeout_seconds),
             transport=transport,
+            # A redirect is a failure: the key must not follow it to another host. The
+            # standard HTTPS_PROXY/NO_PROXY and SSL_CERT_FILE variables apply (httpx's
+            # trust_env), as deployments route and trust their egress that way.
             follow_redirects=False,
-            trust_env=False,  # the settings say where to connect, not HTTP(S)_PROXY
         )
         self._retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(config.max_retries + 1),

@@ -25,7 +25,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
-from server.app import start
+from server.app import build_embedder, start
 from server.config import Settings
 from server.storage.chunk_index import EmbeddingMismatchError
 from tests.api.conftest import expect_error, shared_embedder, start_server
@@ -245,3 +245,31 @@ def test_serve_exits_in_one_line_when_the_endpoint_cannot_be_used(tmp_path: Path
         f"memoria: cannot use the embeddings endpoint at {url}: cannot connect (ConnectError)"
     )
     assert "sk-never-in-the-log" not in done.stderr
+
+
+def test_a_key_file_that_cannot_be_read_is_one_line(
+    endpoint: EmbeddingEndpoint, tmp_path: Path
+) -> None:
+    missing = tmp_path / "no-such-key"
+    settings = settings_for(
+        endpoint, tmp_path, embedding_api_key=None, embedding_api_key_file=missing
+    )
+    with pytest.raises(SystemExit) as refused:
+        build_embedder(settings)
+    assert str(refused.value) == (
+        f"memoria: cannot read the embeddings API key file {missing}: FileNotFoundError"
+    )
+    assert endpoint.requests == []
+
+
+def test_a_refused_probe_is_one_line_naming_the_status(
+    endpoint: EmbeddingEndpoint, tmp_path: Path
+) -> None:
+    endpoint.failing = Fault(status=401)
+    with pytest.raises(SystemExit) as refused:
+        build_embedder(settings_for(endpoint, tmp_path))
+    assert str(refused.value) == (
+        f"memoria: cannot use the embeddings endpoint at {endpoint.base_url}: "
+        "HTTP 401: test_error/401"
+    )
+    assert SECRET_BODY not in str(refused.value)

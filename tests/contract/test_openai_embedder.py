@@ -211,7 +211,7 @@ def test_retry_after_is_honoured_within_the_cap(endpoint: EmbeddingEndpoint) -> 
     began = time.monotonic()
     built.embed_query("rate limited")
     built.close()
-    assert 0.2 <= time.monotonic() - began < 2.0
+    assert 0.2 <= time.monotonic() - began < 5.0  # not the 100 s asked for
     assert len(endpoint.requests) == 2
 
 
@@ -247,19 +247,19 @@ def test_a_wrong_path_is_a_clear_failure(endpoint: EmbeddingEndpoint) -> None:
 def test_an_answer_beyond_the_timeout_is_retried_then_unavailable(
     endpoint: EmbeddingEndpoint,
 ) -> None:
-    built = OpenAiEmbedder(config(endpoint, timeout_seconds=0.2, max_retries=1))
+    built = OpenAiEmbedder(config(endpoint, timeout_seconds=0.5, max_retries=1))
     endpoint.failing = Fault(hang=True)
     began = time.monotonic()
     error = unavailable(lambda: built.embed_query("slow"))
     elapsed = time.monotonic() - began
     built.close()
-    assert "no answer within 0.2 s" in str(error.__cause__)
+    assert "no answer within 0.5 s" in str(error.__cause__)
     assert len(endpoint.requests) == 2
-    assert 0.4 <= elapsed < 3.0
+    assert 1.0 <= elapsed < 5.0  # two tries of 0.5 s, not the 30 s the server would hang
 
 
 def test_a_timeout_then_an_answer_succeeds(endpoint: EmbeddingEndpoint) -> None:
-    built = OpenAiEmbedder(config(endpoint, timeout_seconds=0.2))
+    built = OpenAiEmbedder(config(endpoint, timeout_seconds=0.5))
     endpoint.faults.append(Fault(hang=True))
     vector = built.embed_query("eventually")
     built.close()
