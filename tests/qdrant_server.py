@@ -90,6 +90,9 @@ class QdrantProcess:
     is the first."""
     p2p_port: int = 0
     bootstrap: str | None = None
+    optimizer_threads: int = 1
+    """QDRANT__STORAGE__PERFORMANCE__MAX_OPTIMIZATION_THREADS: 1 for the tests (see the module
+    docstring); a bulk load gives the optimizer more."""
 
     def __post_init__(self) -> None:
         taken: set[int] = set()
@@ -123,7 +126,7 @@ class QdrantProcess:
             "QDRANT__STORAGE__STORAGE_PATH": str(self.directory / "storage"),
             "QDRANT__STORAGE__SNAPSHOTS_PATH": str(self.directory / "snapshots"),
             "QDRANT__STORAGE__PERFORMANCE__MAX_SEARCH_THREADS": "1",
-            "QDRANT__STORAGE__PERFORMANCE__MAX_OPTIMIZATION_THREADS": "1",
+            "QDRANT__STORAGE__PERFORMANCE__MAX_OPTIMIZATION_THREADS": str(self.optimizer_threads),
             "QDRANT__TELEMETRY_DISABLED": "true",
             "QDRANT__LOG_LEVEL": "WARN",
         }
@@ -185,15 +188,18 @@ class QdrantProcess:
 
 
 @contextlib.contextmanager
-def qdrant_process(directory: Path, binary: Path | None = None) -> Iterator[QdrantProcess]:
+def qdrant_process(
+    directory: Path, binary: Path | None = None, *, optimizer_threads: int = 1
+) -> Iterator[QdrantProcess]:
     """A started Qdrant server of the caller's own (stopped at the end), from `binary` or
-    qdrant_binary(); RuntimeError when there is none or it does not start."""
+    qdrant_binary(), with `optimizer_threads` optimization threads; RuntimeError when there
+    is none or it does not start."""
     binary = binary or qdrant_binary()
     if binary is None:
         raise RuntimeError(
             f"no Qdrant binary: set MEMORIA_TEST_QDRANT_BIN (looked for {DEFAULT_BINARY})"
         )
-    server = QdrantProcess(binary, directory)
+    server = QdrantProcess(binary, directory, optimizer_threads=optimizer_threads)
     try:
         server.start()
         yield server

@@ -22,6 +22,17 @@ Decisions:
   delete of its chunks beyond the new count, both with `wait=True`, so the turn is stored and
   searchable when the call returns. The server applies the two in order; a search between them
   may still see a stale chunk, never a missing turn.
+- No global HNSW graph (HNSW_CONFIG: `m=0`, `payload_m=16`), links only per principal
+  (`enable_hnsw` on the principal_id index alone): every search filters on one tenant and
+  principal, so a graph over the collection is never searched, and a graph per value of the
+  other indexed fields (a conversation id such as "c0" is shared by every principal; one
+  keyword version covers every point) would each cost as much to build. A principal smaller
+  than the full-scan threshold (~3,500 chunks of two windows) is scanned exactly through its
+  payload index; a larger one is searched on its own links. Set at creation only: a collection
+  created by an earlier release keeps its global graph and keeps working (measured in
+  tests/contract/test_qdrant_server_collection.py); to move it, recreate it and re-index.
+  `enable_hnsw` is newer than Qdrant 1.16 (qdrant/qdrant#7887): untested on a 1.16 server,
+  where every indexed field would get links (correct, but the optimizer's time again).
 - Search groups on the server: `query_points_groups` by turn_key with `group_size=1` returns
   the best chunk of each turn. qdrant-client has no batch form of the groups query, so the two
   sides are two calls; an error on either propagates (no one-sided results).
@@ -49,6 +60,11 @@ What the real server (1.18.3, tests/qdrant_server.py) showed beyond local mode:
   here depends on the order of ties (nor do the tests).
 - A server that went away and came back stayed unreachable for as long as gRPC's reconnect
   backoff (up to 120 s by default): capped here (RECONNECT_BACKOFF_MS).
+- With `m=0` and no principal links, a principal above the full-scan threshold got no hits
+  at all from a graph search (its segment had no links for it); with its links, the same
+  turns as an exact search. Loading 100,000 chunks took the optimizer 17 s after the last
+  upsert with this configuration, against more than 10 minutes with the server's default
+  (a global graph plus per-value links of every indexed field), on this 2-core machine.
 - On a three-node cluster with replication factor 2, writes with `wait=True` and searches
   through a surviving node kept succeeding while another node was down, and the node caught
   up after its restart (tests/api/test_qdrant_cluster.py).
@@ -87,6 +103,7 @@ from server.storage.chunk_index import (
     KEYWORD_VECTOR,
     KEYWORD_VERSION_FIELD,
     PAYLOAD_INDEXES,
+    PRINCIPAL_ID,
     TURN_KEY,
     ChunkIndexError,
     FilterSpec,
@@ -115,6 +132,11 @@ TESTED_SERVER = (1, 18)
 """The Qdrant server minor version the test suite runs against (../shared/qdrant, 1.18.3)."""
 RECONNECT_BACKOFF_MS = 2000
 """The longest a gRPC channel waits between attempts to reach a server that went away."""
+HNSW_CONFIG = qm.HnswConfigDiff(m=0, payload_m=16)
+"""No global HNSW graph, only one per large principal (Qdrant's multitenancy advice, with the
+principal as the tenant unit): every search filters on one tenant and principal, so a graph
+over the whole collection is never used, and building it was most of the optimizer's time.
+Applies when a collection is created; an existing one keeps its own (it keeps working)."""
 _VERSION = re.compile(r"(\d+)\.(\d+)")
 
 
@@ -193,12 +215,20 @@ def _filter(spec: FilterSpec) -> qm.Filter:
     return qm.Filter(must=must or None, must_not=must_not or None)
 
 
-def _index_schema(kind: IndexKind) -> qm.PayloadSchemaType | qm.KeywordIndexParams:
+def _index_schema(field: str, kind: IndexKind) -> qm.KeywordIndexParams | qm.IntegerIndexParams:
+    """A field's payload index: only PRINCIPAL_ID (the unit every search filters on) gets
+    per-value HNSW links (HNSW_CONFIG); every other field is used inside a principal's filter,
+    for grouping or for deletes, so a graph per value of it would only cost optimizer time."""
+    graph = None if field == PRINCIPAL_ID else False
     if kind is IndexKind.TENANT_KEYWORD:
-        return qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
+        return qm.KeywordIndexParams(
+            type=qm.KeywordIndexType.KEYWORD, is_tenant=True, enable_hnsw=graph
+        )
     if kind is IndexKind.KEYWORD:
-        return qm.PayloadSchemaType.KEYWORD
-    return qm.PayloadSchemaType.INTEGER
+        return qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, enable_hnsw=graph)
+    return qm.IntegerIndexParams(
+        type=qm.IntegerIndexType.INTEGER, lookup=True, range=True, enable_hnsw=graph
+    )
 
 
 @contextlib.contextmanager
@@ -274,6 +304,7 @@ class QdrantServerChunkIndex:
                 sparse_vectors_config={
                     KEYWORD_VECTOR: qm.SparseVectorParams(modifier=qm.Modifier.IDF)
                 },
+                hnsw_config=HNSW_CONFIG,
                 shard_number=self._shard_number,
                 replication_factor=self._replication_factor,
                 metadata=self._record.to_json(),
@@ -314,7 +345,7 @@ class QdrantServerChunkIndex:
         for field, kind in PAYLOAD_INDEXES:  # idempotent; also adds indexes new in a release
             if field not in info.payload_schema:
                 self._client.create_payload_index(
-                    self._collection, field, field_schema=_index_schema(kind), wait=True
+                    self._collection, field, field_schema=_index_schema(field, kind), wait=True
                 )
 
     def upsert_turn(
