@@ -173,6 +173,8 @@ STORE_KINDS = [
     "memory",
     "sqlite",
     pytest.param("postgres", marks=pytest.mark.postgres),
+    # PostgreSQL writing through SQLAlchemy as SQLite does, instead of memoria_write().
+    pytest.param("postgres-plain", marks=pytest.mark.postgres),
 ]
 SQL_KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
@@ -184,7 +186,8 @@ def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Mem
         store = _sqlite_store(tmp_path)
     else:
         db: PgDatabase = request.getfixturevalue("postgres")
-        store = SqlMemoryStore(create_store_engine(db.app_url, pool_size=16))
+        engine = create_store_engine(db.app_url, pool_size=16)
+        store = SqlMemoryStore(engine, fast_writes=kind != "postgres-plain")
     request.addfinalizer(store.dispose)
     return store
 

@@ -58,6 +58,7 @@ class InMemoryMemoryStore:
                 self.blocks[key] = change.block
             if change.delete_block:
                 self.blocks.pop(key, None)
+            if change.blank_audit_lines:
                 self._redact(tenant_id, change.principal_id)
             if change.settings is not None:
                 self.settings[key] = change.settings

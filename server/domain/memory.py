@@ -266,9 +266,9 @@ class MemoryBlocks:
                 create_time=self._clock(),
                 removed_line_count=removed,
             )
-            # The store also blanks the lines of earlier rewrite events: keeping them would
+            # The lines of earlier rewrite events are blanked with it: keeping them would
             # make the deletion untrue. The events themselves (who, when, how many) stay.
-            change = _change(memory, event, delete_block=True)
+            change = _change(memory, event, delete_block=True, blank_audit_lines=True)
             return change, DeleteResult(deleted=True, removed_line_count=removed)
 
         return self._write(who, decide)

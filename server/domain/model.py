@@ -86,8 +86,9 @@ class Change:
     """One write to one principal's memory, with the state it was decided on.
 
     The store applies it only while the block's etag and the memory setting are still those
-    of `decided_on`. `delete_block` also blanks the lines of the principal's earlier audit
-    events (deleted content is not kept anywhere).
+    of `decided_on`, and executes exactly what it says: `blank_audit_lines` blanks the lines
+    of the principal's earlier audit events (the domain asks for it with every deletion:
+    deleted content is not kept anywhere).
     """
 
     principal_id: str
@@ -96,6 +97,7 @@ class Change:
     block: StoredBlock | None = None
     delete_block: bool = False
     settings: StoredSettings | None = None
+    blank_audit_lines: bool = False
 
     @property
     def expected_etag(self) -> str:

@@ -5,23 +5,29 @@ and on PostgreSQL row-level security enforces the tenant once more.
 
 PostgreSQL's hot paths are one statement each, sent through psycopg on a pool of autocommit
 connections: a read is a call of `memoria_read_principal()` (migration 0003), a write a call of
-`memoria_apply()` (migration 0004), which locks the principal, checks the state the write was
+`memoria_write()` (migration 0009), which locks the principal, checks the state the write was
 decided on, writes, appends the audit event and announces the change, in the statement's own
-transaction. Measured on the render and rewrite paths, SQLAlchemy's execution layer and the
-BEGIN / set_config / ... / COMMIT round trips cost several times the work itself
+transaction. What a write carries is declared once, as rows (`write_rows`): the SQLAlchemy
+path executes them on SQLite (and on PostgreSQL with `fast_writes=False`), the function
+receives them as JSON. Measured on the render and rewrite paths, SQLAlchemy's execution layer
+and the BEGIN / set_config / ... / COMMIT round trips cost several times the work itself
 (docs/decisions.md). SQLAlchemy still builds the schema, owns the pools and runs everything else.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import functools
 import hashlib
+import json
 import logging
 import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,7 +35,7 @@ import psycopg
 import psycopg.adapt
 import psycopg.errors
 from psycopg.adapt import PyFormat
-from psycopg.types.json import Json
+from psycopg.types.json import Jsonb
 from sqlalchemy import (
     Connection,
     Engine,
@@ -37,7 +43,6 @@ from sqlalchemy import (
     Table,
     bindparam,
     delete,
-    event,
     exc,
     insert,
     literal_column,
@@ -125,27 +130,100 @@ def as_utc(value: datetime) -> datetime:
 
 
 _READ_PRINCIPAL_PG = "SELECT * FROM memoria_read_principal(%s, %s)"
-_APPLY_ARGS = (
-    "tenant", "principal", "expected_etag", "expected_enabled",
-    "block_text", "block_etag", "block_time", "delete_block",
-    "settings_enabled", "settings_time",
-    "action", "writer", "create_time", "removed_lines", "added_lines",
-    "removed_line_count", "added_line_count", "char_count", "memory_enabled",
-    "origin",
-)  # fmt: skip
-_APPLY_PG = f"SELECT memoria_apply({', '.join(['%s'] * len(_APPLY_ARGS))})"
+_WRITE_PG = "SELECT memoria_write(%s, %s, %s, %s, %s, %s)"
+
+
+@dataclass(frozen=True)
+class WriteRows:
+    """What a `Change` writes, as rows keyed by column name: the one declaration both
+    dialects execute (SQLite and PostgreSQL's plain path through SQLAlchemy, PostgreSQL's
+    fast path as the JSON argument of `memoria_write()`, migration 0009). A field added to
+    the audit event reaches both without any other change (tests/contract/test_write_rows.py)."""
+
+    block: dict[str, Any] | None
+    delete_block: bool
+    blank_audit_lines: bool
+    settings: dict[str, Any] | None
+    event: dict[str, Any]
+
+    def as_json(self) -> Jsonb:
+        """The `p_write` argument of `memoria_write()`."""
+        return Jsonb(
+            {
+                "block": self.block,
+                "delete_block": self.delete_block,
+                "blank_audit_lines": self.blank_audit_lines,
+                "settings": self.settings,
+                "event": self.event,
+            },
+            dumps=_dumps,
+        )
+
+
+def write_rows(tenant_id: str, change: Change) -> WriteRows:
+    """The rows `change` writes in `tenant_id` (see `WriteRows`)."""
+    key = {"tenant_id": tenant_id, "principal_id": change.principal_id}
+    block, settings = change.block, change.settings
+    return WriteRows(
+        block=None if block is None else {**key, **_columns(block)},
+        delete_block=change.delete_block,
+        blank_audit_lines=change.blank_audit_lines,
+        settings=None if settings is None else {**key, **_columns(settings)},
+        event=audit_row(tenant_id, change.event),
+    )
+
+
+def audit_row(tenant_id: str, event: NewAuditEvent) -> dict[str, Any]:
+    """An audit event's row: the tenant and every field of the event, by name."""
+    return {"tenant_id": tenant_id, **_columns(event)}
+
+
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(kind))
+
+
+def _columns(record: Any) -> dict[str, Any]:
+    """A domain record's fields as column values: enums by value, tuples as lists."""
+    values: dict[str, Any] = {}
+    for name in _field_names(type(record)):
+        value = getattr(record, name)
+        if isinstance(value, enum.Enum):
+            value = value.value
+        elif isinstance(value, tuple):
+            value = list(value)
+        values[name] = value
+    return values
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not a column value")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=_json_default, ensure_ascii=False, separators=(",", ":"))
 
 
 class SqlMemoryStore:
     """`MemoryStore` over a SQLAlchemy engine (SQLite or PostgreSQL)."""
 
     def __init__(
-        self, engine: Engine, origin: str | None = None, *, space: FreeSpace | None = None
+        self,
+        engine: Engine,
+        origin: str | None = None,
+        *,
+        space: FreeSpace | None = None,
+        fast_writes: bool = True,
     ):
         """`space`: the embedded data dir's free-space watermark (server/storage/disk.py);
         while it is short, `apply` refuses a change that writes a block or settings and
-        `SqlTurnStore` refuses to accept turns, with STORAGE_FULL."""
+        `SqlTurnStore` refuses to accept turns, with STORAGE_FULL. `fast_writes=False` makes
+        PostgreSQL write through SQLAlchemy as SQLite does instead of `memoria_write()` (the
+        contract suite runs over both paths)."""
         self._engine = engine
+        self._fast_writes = fast_writes
         self.space = space
         self._postgres = engine.dialect.name == "postgresql"
         # Names this store's writes in their change notifications (storage/cache.py): 16 hex
@@ -155,6 +233,7 @@ class SqlMemoryStore:
         # instead of SQLite's busy handler, which sleeps and made write p99 spike.
         self._sqlite_writer = None if self._postgres else threading.Lock()
         self._autocommit = create_postgres_autocommit_engine(engine) if self._postgres else None
+        self._span: Callable[[str], AbstractContextManager[object]] = _untraced
 
     @property
     def engine(self) -> Engine:
@@ -165,19 +244,11 @@ class SqlMemoryStore:
         """PostgreSQL: the pool of autocommit connections behind `call` (None on SQLite)."""
         return self._autocommit
 
-    def instrument_calls(self, instrument: Callable[[Any], None]) -> None:
-        """Have `instrument` see each psycopg connection the hot paths' pool opens from now on
-        (PostgreSQL; nothing to do on SQLite, which has no such pool), and run `call`'s
-        statements on those connections through psycopg's cursor, where an instrumentation
-        of the connection sees them. For telemetry, which so needs no storage internals."""
-        if self._autocommit is None:
-            return
-
-        def on_connect(dbapi_connection: Any, record: Any) -> None:
-            instrument(dbapi_connection)
-            record.info[CURSOR_PATH] = True
-
-        event.listen(self._autocommit, "connect", on_connect)
+    def trace_calls(self, span: Callable[[str], AbstractContextManager[object]]) -> None:
+        """Run each of `call`'s statements inside `span(statement)` from now on (telemetry's
+        client span). The statement runs the same way traced or not: a span around it, not
+        another driver path (PostgreSQL; SQLite has no such calls)."""
+        self._span = span
 
     def dispose(self) -> None:
         """Close every pooled connection."""
@@ -216,25 +287,20 @@ class SqlMemoryStore:
         return _principal_memory(row)
 
     def apply(self, tenant_id: str, change: Change) -> bool:
-        """See `MemoryStore.apply`."""
+        """See `MemoryStore.apply`. The rows written are `write_rows(change)`, on either path."""
         if self.space is not None and (change.block is not None or change.settings is not None):
             self.space.ensure_room()  # deleting a block alone frees space: it passes
-        if self._autocommit is not None:
-            params = {**_apply_params(tenant_id, change), "origin": self.origin}
-            return bool(self.call(_APPLY_PG, [params[name] for name in _APPLY_ARGS])[0])
+        rows = write_rows(tenant_id, change)
+        expected = (change.expected_etag, change.expected_enabled)
+        if self._autocommit is not None and self._fast_writes:
+            params = (tenant_id, change.principal_id, *expected, rows.as_json(), self.origin)
+            return bool(self.call(_WRITE_PG, params)[0])
         with self.transaction(tenant_id, lock_principal=change.principal_id) as tx:
             memory = tx.load(change.principal_id)
             etag = memory.block.etag if memory.block is not None else ""
-            if (etag, memory.memory_enabled) != (change.expected_etag, change.expected_enabled):
+            if (etag, memory.memory_enabled) != expected:
                 return False
-            if change.block is not None:
-                tx.put_block(change.principal_id, change.block)
-            if change.delete_block:
-                tx.delete_block(change.principal_id)
-                tx.redact_audit_lines(change.principal_id)
-            if change.settings is not None:
-                tx.put_settings(change.principal_id, change.settings)
-            tx.append_audit(change.event)
+            tx.write(rows)
             return True
 
     def list_audit(self, tenant_id: str, query: AuditQuery) -> list[AuditEvent]:
@@ -255,20 +321,14 @@ class SqlMemoryStore:
         threads waiting for the GIL, every release hands it over, and those hand-offs cost
         more of the server's CPU than the statement itself (docs/decisions.md).
 
-        A connection that telemetry instruments (its pool record's info has CURSOR_PATH)
-        runs the statement through psycopg's cursor, where the instrumentation sees it.
+        Telemetry sees each statement through `trace_calls`.
         """
         assert self._autocommit is not None
-        with store_errors():
+        with store_errors(), self._span(sql):
             pooled = self._autocommit.raw_connection()
             try:
                 conn: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
-                if pooled.info.get(CURSOR_PATH):
-                    found = conn.execute(sql, params).fetchone()
-                    assert found is not None  # the functions called here always return one row
-                    row = tuple(found)
-                else:
-                    row = _execute_prepared(conn, pooled.info, sql, params)
+                row = _execute_prepared(conn, pooled.info, sql, params)
             except psycopg.OperationalError as error:
                 pooled.invalidate(error)  # the connection is gone: never hand it out again
                 raise
@@ -296,12 +356,6 @@ class SqlMemoryStore:
                 tx = SqlMemoryTransaction(conn, tenant_id, self._postgres, self.origin)
                 tx.begin(lock_principal, announce=announce)
                 yield tx
-
-
-CURSOR_PATH = "memoria_cursor_path"
-"""Key of a pooled connection's info dictionary: `SqlMemoryStore.call` runs its statements
-through psycopg's cursor on that connection (set by `instrument_calls` on the connections
-telemetry instruments; SQLAlchemy empties the dictionary when the connection is replaced)."""
 
 
 @functools.cache
@@ -348,46 +402,13 @@ def _error(conn: psycopg.Connection[Any], result: Any) -> psycopg.Error:
     return psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
 
 
+def _untraced(statement: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
 def _select_one(engine: Engine) -> None:
     with engine.connect() as conn:
         conn.exec_driver_sql("SELECT 1").scalar_one()
-
-
-def _apply_params(tenant_id: str, change: Change) -> dict[str, Any]:
-    block, settings, event = change.block, change.settings, change.event
-    return {
-        "tenant": tenant_id,
-        "principal": change.principal_id,
-        "expected_etag": change.expected_etag,
-        "expected_enabled": change.expected_enabled,
-        "block_text": block.text if block else None,
-        "block_etag": block.etag if block else None,
-        "block_time": block.update_time if block else None,
-        "delete_block": change.delete_block,
-        "settings_enabled": settings.memory_enabled if settings else None,
-        "settings_time": settings.update_time if settings else None,
-        **_event_params(event),
-        "removed_lines": Json(list(event.removed_lines)),
-        "added_lines": Json(list(event.added_lines)),
-    }
-
-
-def _event_params(event: NewAuditEvent) -> dict[str, Any]:
-    """An audit event's columns (the same for the SQL insert and the PostgreSQL function)."""
-    return {
-        "action": event.action.value,
-        "writer": event.writer.value,
-        "create_time": event.create_time,
-        "removed_lines": list(event.removed_lines),
-        "added_lines": list(event.added_lines),
-        "removed_line_count": event.removed_line_count,
-        "added_line_count": event.added_line_count,
-        "char_count": event.char_count,
-        "memory_enabled": event.memory_enabled,
-        "conversation_id": event.conversation_id,
-        "deleted_turn_count": event.deleted_turn_count,
-        "actor_principal_id": event.actor_principal_id,
-    }
 
 
 # Statements are built once: constructing a SQLAlchemy statement costs more than running it
@@ -420,7 +441,7 @@ _REDACT_AUDIT_LINES = (
 # principal has no row yet, unlike SELECT ... FOR UPDATE) and announces the principal to the
 # other servers' read caches, if any listens (migration 0007's memoria_announce()); PostgreSQL
 # delivers the NOTIFY only if the transaction commits, and the others drop their cached copy
-# (storage/cache.py). memoria_apply() does the same.
+# (storage/cache.py). memoria_write() does the same.
 _SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
 _SET_TENANT_AND_LOCK = text(
     "SELECT set_config('app.tenant_id', :tenant, true), "
@@ -496,31 +517,29 @@ class SqlMemoryTransaction:
         params = {"tenant_id": self._tenant, "principal_id": principal_id}
         return _principal_memory(tuple(self._conn.execute(_LOAD, params).one()))
 
+    def write(self, rows: WriteRows) -> None:
+        """Execute a change's rows (the plain path of `SqlMemoryStore.apply`)."""
+        principal = rows.event["principal_id"]
+        if rows.block is not None:
+            self._conn.execute(self._put_block, rows.block)
+        if rows.delete_block:
+            self.delete_block(principal)
+        if rows.blank_audit_lines:
+            self.redact_audit_lines(principal)
+        if rows.settings is not None:
+            self._conn.execute(self._put_settings, rows.settings)
+        self._conn.execute(_APPEND_AUDIT, rows.event)
+
     def put_block(self, principal_id: str, block: StoredBlock) -> None:
-        self._conn.execute(
-            self._put_block,
-            {
-                "tenant_id": self._tenant,
-                "principal_id": principal_id,
-                "text": block.text,
-                "etag": block.etag,
-                "update_time": block.update_time,
-            },
-        )
+        key = {"tenant_id": self._tenant, "principal_id": principal_id}
+        self._conn.execute(self._put_block, {**key, **_columns(block)})
+
+    def put_settings(self, principal_id: str, settings: StoredSettings) -> None:
+        key = {"tenant_id": self._tenant, "principal_id": principal_id}
+        self._conn.execute(self._put_settings, {**key, **_columns(settings)})
 
     def delete_block(self, principal_id: str) -> None:
         self._conn.execute(_DELETE_BLOCK, {"tenant_id": self._tenant, "principal_id": principal_id})
-
-    def put_settings(self, principal_id: str, settings: StoredSettings) -> None:
-        self._conn.execute(
-            self._put_settings,
-            {
-                "tenant_id": self._tenant,
-                "principal_id": principal_id,
-                "memory_enabled": settings.memory_enabled,
-                "update_time": settings.update_time,
-            },
-        )
 
     def redact_audit_lines(self, principal_id: str) -> None:
         """Blank the line content of the principal's audit events (counts stay)."""
@@ -528,10 +547,7 @@ class SqlMemoryTransaction:
         self._conn.execute(stmt, {"tenant": self._tenant, "principal": principal_id})
 
     def append_audit(self, event: NewAuditEvent) -> None:
-        self._conn.execute(
-            _APPEND_AUDIT,
-            {"tenant_id": self._tenant, "principal_id": event.principal_id, **_event_params(event)},
-        )
+        self._conn.execute(_APPEND_AUDIT, audit_row(self._tenant, event))
 
     def list_audit(self, query: AuditQuery) -> list[AuditEvent]:
         a = audit_events
@@ -557,21 +573,17 @@ def _principal_memory(row: tuple[Any, ...]) -> PrincipalMemory:
     return PrincipalMemory(block=block, settings=settings)
 
 
+_AUDIT_FIELDS = tuple(f.name for f in dataclasses.fields(AuditEvent))
+
+
 def _audit_event(row: Row[Any]) -> AuditEvent:
+    """An audit row as the domain's event: every field of `AuditEvent` read by its name."""
     m = row._mapping
-    return AuditEvent(
-        event_id=int(m["event_id"]),
-        principal_id=m["principal_id"],
-        action=AuditAction(m["action"]),
-        writer=Writer(m["writer"]),
-        create_time=as_utc(m["create_time"]),
-        removed_lines=tuple(m["removed_lines"]),
-        added_lines=tuple(m["added_lines"]),
-        removed_line_count=m["removed_line_count"],
-        added_line_count=m["added_line_count"],
-        char_count=m["char_count"],
-        memory_enabled=m["memory_enabled"],
-        conversation_id=m["conversation_id"],
-        deleted_turn_count=m["deleted_turn_count"],
-        actor_principal_id=m["actor_principal_id"],
-    )
+    values = {name: m[name] for name in _AUDIT_FIELDS}
+    values["event_id"] = int(values["event_id"])
+    values["action"] = AuditAction(values["action"])
+    values["writer"] = Writer(values["writer"])
+    values["create_time"] = as_utc(values["create_time"])
+    values["removed_lines"] = tuple(values["removed_lines"])
+    values["added_lines"] = tuple(values["added_lines"])
+    return AuditEvent(**values)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import grpc
 from opentelemetry import metrics, trace
-from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -121,45 +122,51 @@ class Telemetry:
         return [interceptor]
 
     def instrument_sql(self, store: InstrumentableSql) -> None:
-        """A client span per SQL statement of `store`, with the official instrumentations.
+        """A client span per SQL statement of `store`.
 
         SQLAlchemy's statements: `EngineTracer` on this engine alone, which is what
         `SQLAlchemyInstrumentor().instrument(engine=...)` builds; the instrumentor itself
         would also patch `create_engine` process-wide, and instruments once per process.
-        The hot paths' psycopg calls bypass SQLAlchemy's execution layer, so each connection
-        of their pool is instrumented by psycopg's instrumentation when it is opened (the
-        store's `instrument_calls`). Pool usage metrics are left out (a no-op counter): this
-        engine's pool already held connections from the migration check, which would make
-        its counts wrong.
+        The hot paths' one-statement calls bypass SQLAlchemy's execution layer: the store
+        runs each inside a span made here (`trace_calls`), with the attributes psycopg's
+        instrumentation would give it, so a traced call runs the same code as an untraced
+        one. Pool usage metrics are left out (a no-op counter): this engine's pool already
+        held connections from the migration check, which would make its counts wrong.
         """
         if isinstance(self.tracer_provider, trace.NoOpTracerProvider):
             return
-        from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
         from opentelemetry.instrumentation.sqlalchemy.engine import EngineTracer
 
         tracer = self.tracer_provider.get_tracer("opentelemetry.instrumentation.sqlalchemy")
         usage = metrics.NoOpUpDownCounter("db.client.connections.usage")
         EngineTracer(tracer, store.engine, usage)  # type: ignore[no-untyped-call]
-        provider = self.tracer_provider
+        calls = self.tracer_provider.get_tracer("memoria.sql")
+        name = store.engine.url.database or "postgresql"
 
-        def instrument(dbapi_connection: Any) -> None:
-            PsycopgInstrumentor.instrument_connection(dbapi_connection, tracer_provider=provider)
+        def span(statement: str) -> AbstractContextManager[object]:
+            if not is_instrumentation_enabled():  # the worker's idle polls, gauge reads
+                return nullcontext()
+            return calls.start_as_current_span(
+                statement.split(" ", 1)[0],
+                kind=trace.SpanKind.CLIENT,
+                attributes={"db.system": "postgresql", "db.name": name, "db.statement": statement},
+            )
 
-        store.instrument_calls(instrument)
+        store.trace_calls(span)
 
 
 class InstrumentableSql(Protocol):
     """What `Telemetry.instrument_sql` needs of a SQL store (server/storage/sql.py's
-    SqlMemoryStore is one): its SQLAlchemy engine, and a hook on each new connection of the
-    pool its one-statement calls run on."""
+    SqlMemoryStore is one): its SQLAlchemy engine, and a hook around its one-statement
+    calls."""
 
     @property
     def engine(self) -> Engine:
         """The SQLAlchemy engine every other statement runs on."""
         ...
 
-    def instrument_calls(self, instrument: Callable[[Any], None]) -> None:
-        """Pass each new psycopg connection of the calls' pool to `instrument`."""
+    def trace_calls(self, span: Callable[[str], AbstractContextManager[object]]) -> None:
+        """Run each one-statement call inside `span(statement)`."""
         ...
 
 

@@ -128,7 +128,7 @@ def test_rpc_span_has_method_and_status_and_its_sql_statements_as_children(
     assert all(s.context.trace_id == rpc.context.trace_id for s in sql)
     statements = " ".join(str((s.attributes or {}).get("db.statement", "")) for s in sql)
     if traced.running.store.autocommit_engine is not None:  # PostgreSQL's raw psycopg path
-        assert "memoria_apply(" in statements
+        assert "memoria_write(" in statements
 
 
 def test_refused_calls_carry_their_status_code(traced: Traced) -> None:

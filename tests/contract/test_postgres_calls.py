@@ -1,7 +1,7 @@
 """`SqlMemoryStore.call` on PostgreSQL: the hot paths' one-statement calls, run as statements
-prepared on each pooled connection through libpq's blocking call (storage/sql.py), or, on a
-connection that telemetry instruments, through psycopg's cursor. Both must adapt parameters
-and rows alike, raise the server's error as psycopg would, and leave the pool usable.
+prepared on each pooled connection through libpq's blocking call (storage/sql.py), traced
+(inside telemetry's span) or not, the same way: parameters and rows adapted, the server's
+error raised as psycopg would, the pool left usable.
 """
 
 from __future__ import annotations
@@ -33,17 +33,27 @@ VALUES: tuple[Any, ...] = (TEXT, 41, True, WHEN, Json(["a", "ü"]), None)
 EXPECTED = (TEXT, 41, True, WHEN, ["a", "ü"], True)
 
 
-@pytest.fixture(params=["prepared", "cursor"])
+SPANS: list[str] = []
+"""The statements traced calls ran inside their span for (the "traced" store)."""
+
+
+@contextlib.contextmanager
+def _span(statement: str) -> Iterator[None]:
+    SPANS.append(statement)
+    yield
+
+
+@pytest.fixture(params=["untraced", "traced"])
 def store(request: pytest.FixtureRequest, postgres: PgDatabase) -> Iterator[SqlMemoryStore]:
     store = SqlMemoryStore(create_store_engine(postgres.app_url, pool_size=2))
-    if request.param == "cursor":
-        seen: list[object] = []
-        store.instrument_calls(seen.append)  # as telemetry does: calls take the cursor path
-
+    SPANS.clear()
+    if request.param == "traced":
+        store.trace_calls(_span)  # as telemetry does
     try:
         yield store
     finally:
         store.dispose()
+    assert (SPANS != []) is (request.param == "traced")
 
 
 def test_parameters_and_the_row_round_trip(store: SqlMemoryStore) -> None:

@@ -122,7 +122,7 @@ def test_scoped_to_tenant_and_principal(store: MemoryStore, tenant: str) -> None
     ]
 
 
-def test_delete_blanks_lines_of_its_principal_only(store: MemoryStore, tenant: str) -> None:
+def test_blank_audit_lines_of_its_principal_only(store: MemoryStore, tenant: str) -> None:
     other = tenant + "-other"
     lines = {"added_lines": ("secret",), "added_line_count": 1}
     for t in (tenant, other):
@@ -135,7 +135,7 @@ def test_delete_blanks_lines_of_its_principal_only(store: MemoryStore, tenant: s
                 block=StoredBlock("secret", "e", T0),
             )
     deleted = event("ana", AuditAction.BLOCK_DELETED, removed_line_count=1)
-    assert change(store, tenant, "ana", deleted, delete_block=True)
+    assert change(store, tenant, "ana", deleted, delete_block=True, blank_audit_lines=True)
     ana = store.list_audit(tenant, AuditQuery(principal_id="ana"))
     assert [(e.action, e.added_lines, e.added_line_count) for e in ana] == [
         (AuditAction.BLOCK_DELETED, (), 0),
