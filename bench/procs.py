@@ -156,7 +156,9 @@ class ServerProcess:
     `stop_timeout_s` how long `stop()` waits after SIGTERM before SIGKILL. A separate
     process, so a client here does not share the server's GIL more than any real client on
     the same machine would. Its output goes to `workdir/server.log`, the port it bound is
-    read from `workdir/port`.
+    read from `workdir/port`. `command` runs instead of `memoria` (a driver's wrapper that
+    serves with other components, such as bench/serve_embedder.py); `serve` and the flags
+    follow it.
     """
 
     def __init__(
@@ -167,13 +169,14 @@ class ServerProcess:
         service: str,
         stop_timeout_s: float,
         env: Mapping[str, str] | None = None,
+        command: Sequence[str] | None = None,
     ) -> None:
         self._log: IO[bytes] = (workdir / "server.log").open("w+b")
         self._port_file = workdir / "port"
         self._service = service
         self._stop_timeout_s = stop_timeout_s
         cmd = [
-            *_server_command(),
+            *(command or _server_command()),
             "serve",
             "--listen",
             f"{HOST}:0",

