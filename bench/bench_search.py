@@ -479,7 +479,7 @@ def depth_turns(page_size: int) -> int:
     """The turns each side ranks for a page of `page_size`, as ConversationSearch asks."""
     probe: Any = _DepthProbe()
     search = ConversationSearch(
-        probe, probe, probe, KeywordEncoder(), probe, probe, lambda: datetime.now(UTC)
+        probe, probe, probe, KeywordEncoder(), probe, probe, lambda: datetime.now(UTC), probe
     )
     search.search(Identity("probe", "probe"), "depth probe", page_size)
     depth: int = probe.depth

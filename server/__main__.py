@@ -250,7 +250,7 @@ def _worker(settings: Settings) -> None:
 
     from server.app import build_engine, build_search_parts, inspection_purge
     from server.domain.reindex import KeywordReindexer
-    from server.storage.sql import SqlMemoryStore
+    from server.storage.database import SqlDatabase
     from server.telemetry import setup_telemetry
     from server.worker import IndexWorker
 
@@ -261,15 +261,15 @@ def _worker(settings: Settings) -> None:
         )
     log.info("settings %s", settings.redacted())
     telemetry = setup_telemetry()
-    store = SqlMemoryStore(build_engine(settings))
-    telemetry.instrument_sql(store)
-    parts = build_search_parts(settings, store, store, telemetry=telemetry)
+    db = SqlDatabase(build_engine(settings))
+    telemetry.instrument_sql(db)
+    parts = build_search_parts(settings, db, telemetry=telemetry)
     worker = IndexWorker(
         parts.indexer,
         threads=max(settings.index_worker_threads, 1),
         batch_size=settings.index_batch_size,
         purges=(
-            inspection_purge(settings, store),
+            inspection_purge(settings, db),
             KeywordReindexer(parts.index, parts.keywords).run_once,
         ),
     )
@@ -282,7 +282,7 @@ def _worker(settings: Settings) -> None:
     worker.stop()
     telemetry.shutdown()
     parts.index.close()
-    store.dispose()
+    db.dispose()
     log.info("stopped")
 
 

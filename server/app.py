@@ -53,12 +53,14 @@ from server.rpc.servicers import (
 from server.rpc.web import WEB_DIST, Gateway, WebServer, grpc_target
 from server.storage import migrate
 from server.storage.cache import CachedMemoryStore, PostgresChangeListener
+from server.storage.database import SqlDatabase
 from server.storage.disk import FreeSpace, startup_refusal
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.inspections import BufferedInspectionStore, SqlInspectionStore
 from server.storage.secret_detector import DetectSecretsDetector
 from server.storage.sql import SqlMemoryStore
 from server.storage.turns import SqlTurnStore
+from server.storage.unit_of_work import SqlUnitsOfWork
 from server.telemetry import Telemetry, setup_telemetry
 from server.worker import IndexWorker
 
@@ -168,11 +170,13 @@ def build_read_cache(
         ttl_seconds=settings.read_cache_ttl_seconds,
         enabled=settings.embedded,
     )
+    # A unit of work that changes the memory (an erasure) makes it forget the principal.
+    store.db.on_memory_change(cache.invalidate)
     if settings.database_url is None:
         return cache, None
     url = make_url(settings.database_url.get_secret_value()).set(drivername="postgresql")
     listener = PostgresChangeListener(
-        url.render_as_string(hide_password=False), cache, own_origin=store.origin
+        url.render_as_string(hide_password=False), cache, own_origin=store.db.origin
     )
     listener.start()
     return cache, listener
@@ -280,6 +284,7 @@ class SearchParts:
     """Everything conversation search runs on, built once per process."""
 
     turns: SqlTurnStore
+    units: SqlUnitsOfWork
     index: ChunkIndex
     embedder: Embedder
     keywords: KeywordEncoder
@@ -288,8 +293,7 @@ class SearchParts:
 
 def build_search_parts(
     settings: Settings,
-    store: SqlMemoryStore,
-    reads: MemoryStore,
+    db: SqlDatabase,
     *,
     embedder: Embedder | None = None,
     index: ChunkIndex | None = None,
@@ -298,8 +302,7 @@ def build_search_parts(
     """The turn queue, chunk index, embedder and indexer (shared by serve and worker). An
     embedder or index passed in is used as is (tests share one model across servers).
     With `telemetry`, the index and embedder are traced and the outbox observed."""
-    forget = reads.invalidate if isinstance(reads, CachedMemoryStore) else (lambda t, p: None)
-    turns = SqlTurnStore(store, forget=forget)
+    turns = SqlTurnStore(db)
     embedder = embedder or build_embedder(settings)
     index = index or build_chunk_index(settings, embedder)
     telemetry = telemetry or Telemetry()
@@ -308,13 +311,13 @@ def build_search_parts(
     telemetry.observe_outbox(turns.outbox_stats)
     keywords = KeywordEncoder()
     indexer = Indexer(telemetry.indexer_turns(turns), index, embedder, keywords, utc_now)
-    return SearchParts(turns, index, embedder, keywords, indexer)
+    return SearchParts(turns, SqlUnitsOfWork(db), index, embedder, keywords, indexer)
 
 
-def inspection_purge(settings: Settings, store: SqlMemoryStore) -> Callable[[int], int]:
+def inspection_purge(settings: Settings, db: SqlDatabase) -> Callable[[int], int]:
     """The background removal of inspector records past the retention (for IndexWorker)."""
     retention = timedelta(days=settings.inspection_retention_days)
-    inspections = SqlInspectionStore(store)
+    inspections = SqlInspectionStore(db)
     return lambda limit: inspections.purge(utc_now() - retention, limit)
 
 
@@ -378,7 +381,7 @@ class Running:
         self.index.close()
         if self.listener is not None:
             self.listener.stop()
-        self.store.dispose()
+        self.store.db.dispose()
 
     def wait(self) -> None:
         self.server.wait_for_termination()
@@ -397,13 +400,13 @@ def start(
     telemetry = telemetry or setup_telemetry()
     space = build_free_space(settings)
     engine = build_engine(settings)
-    store = SqlMemoryStore(engine, space=space)
-    telemetry.instrument_sql(store)
+    store = SqlMemoryStore(SqlDatabase(engine, space=space))
+    telemetry.instrument_sql(store.db)
     reads, listener = build_read_cache(settings, store)
     # One credential detector for the block's refusal and the turns' redaction (thread-safe).
     secrets_detector = DetectSecretsDetector()
     # Written from a background thread: a render naming its turn only queues its record.
-    inspections = BufferedInspectionStore(SqlInspectionStore(store))
+    inspections = BufferedInspectionStore(SqlInspectionStore(store.db))
     blocks = MemoryBlocks(
         telemetry.memory_store(reads),
         utc_now,
@@ -414,7 +417,7 @@ def start(
     tokens = PageTokens(page_token_key(settings))
     audit = AuditLog(store, tokens)
     parts = build_search_parts(
-        settings, store, reads, embedder=embedder, index=index, telemetry=telemetry
+        settings, store.db, embedder=embedder, index=index, telemetry=telemetry
     )
     worker = IndexWorker(
         parts.indexer,
@@ -422,7 +425,7 @@ def start(
         batch_size=settings.index_batch_size,
         space=space,
         purges=(
-            inspection_purge(settings, store),
+            inspection_purge(settings, store.db),
             KeywordReindexer(parts.index, parts.keywords).run_once,
         ),
     )
@@ -434,6 +437,7 @@ def start(
         reads,
         parts.indexer,
         utc_now,
+        parts.units,
         wake_worker=worker.wake,
         secrets=secrets_detector,
         inspections=inspections,
@@ -452,7 +456,7 @@ def start(
     monitor = HealthMonitor(
         health_servicer,
         store_dependencies(
-            telemetry.untraced(store.check),
+            telemetry.untraced(store.db.check),
             parts.index.check,
             space.check if space is not None else None,
         ),

@@ -30,6 +30,7 @@ from sqlalchemy.engine import make_url
 
 from server.domain.ports import MemoryStore
 from server.storage import migrate
+from server.storage.database import SqlDatabase
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.sql import SqlMemoryStore
 from tests.fakes import InMemoryMemoryStore
@@ -166,7 +167,7 @@ def tenant() -> str:
 def _sqlite_store(tmp_path: Path) -> SqlMemoryStore:
     engine = create_store_engine(sqlite_url(tmp_path), pool_size=8)
     migrate.upgrade(engine)
-    return SqlMemoryStore(engine)
+    return SqlMemoryStore(SqlDatabase(engine))
 
 
 STORE_KINDS = [
@@ -187,8 +188,8 @@ def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Mem
     else:
         db: PgDatabase = request.getfixturevalue("postgres")
         engine = create_store_engine(db.app_url, pool_size=16)
-        store = SqlMemoryStore(engine, fast_writes=kind != "postgres-plain")
-    request.addfinalizer(store.dispose)
+        store = SqlMemoryStore(SqlDatabase(engine), fast_writes=kind != "postgres-plain")
+    request.addfinalizer(store.db.dispose)
     return store
 
 

@@ -40,7 +40,13 @@ from server.domain.model import (
 from server.domain.ports import Clock, InspectionStore, MemoryStore
 from server.domain.search import turn_reference_violations
 from server.domain.secrets import SecretDetector, redact_lines, refuse_secrets
-from server.domain.text import diff_lines, lines_of, sanitize, sanitize_and_count, truncate_line
+from server.domain.text import (
+    block_line_count,
+    diff_lines,
+    lines_of,
+    sanitize_and_count,
+    truncate_line,
+)
 
 R = TypeVar("R")
 
@@ -258,7 +264,7 @@ class MemoryBlocks:
                 raise _memory_disabled()
             if memory.block is None:
                 return None, DeleteResult(deleted=False, removed_line_count=0)
-            removed = len(lines_of(sanitize(memory.block.text)))
+            removed = block_line_count(memory.block.text)
             event = NewAuditEvent(
                 principal_id=who.principal_id,
                 action=AuditAction.BLOCK_DELETED,

@@ -8,14 +8,12 @@ from datetime import datetime
 from typing import Protocol
 
 from server.domain.model import (
-    AcceptOutcome,
     AuditEvent,
     AuditQuery,
     Change,
     ClaimedTurn,
     ConversationPurge,
     EncodedQuery,
-    Erasure,
     IndexedChunk,
     NewAuditEvent,
     NewTurn,
@@ -173,14 +171,9 @@ class TurnBatch(Protocol):
 
 
 class TurnStore(Protocol):
-    """The durable queue of accepted turns (the outbox), conversation tombstones and erasure,
-    in the same database as the memory block, each write with its audit event."""
-
-    def accept_turn(self, turn: NewTurn) -> AcceptOutcome:
-        """Queue the turn, replacing a queued or indexed turn with the same key, unless its
-        conversation is deleted or the principal has turned memory off (checked in the same
-        transaction)."""
-        ...
+    """The durable queue of accepted turns (the outbox) and conversation tombstones, as the
+    indexer, the search and the export read them. What is accepted, deleted and erased is
+    decided by the domain on a `UnitOfWork` (server/domain/conversations.py)."""
 
     def claim(
         self, limit: int, now: datetime, only: TurnKey | None = None
@@ -191,14 +184,6 @@ class TurnStore(Protocol):
 
     def deleted_conversations(self, tenant_id: str, principal_id: str) -> frozenset[str]:
         """The principal's deleted conversations whose chunks may still be in the index."""
-        ...
-
-    def delete_conversation(
-        self, tenant_id: str, principal_id: str, conversation_id: str, event: NewAuditEvent
-    ) -> int | None:
-        """Commit a tombstone, drop the conversation's queued turns and append `event` with
-        the number of turns removed; return that number, or None (and change nothing) when
-        the conversation was already deleted."""
         ...
 
     def claim_purges(self, limit: int) -> AbstractContextManager[list[ConversationPurge]]:
@@ -220,14 +205,95 @@ class TurnStore(Protocol):
         conversation id (for the export)."""
         ...
 
-    def erase_principal(
-        self, tenant_id: str, principal_id: str, event: NewAuditEvent, purge: Callable[[], None]
-    ) -> Erasure:
-        """Remove the principal's block, settings, queued turns and tombstones, blank the
-        lines of its earlier audit events, and append `event` with the counts, in one
-        transaction that also calls `purge` (removing the principal's chunks) before it
-        commits, while no turn of the principal can be accepted or processed; if `purge`
-        raises, nothing is erased."""
+
+class PrincipalRows(Protocol):
+    """The unit of work's principal's block and settings."""
+
+    def load(self) -> PrincipalMemory:
+        """The block and settings as they are in this transaction."""
+        ...
+
+    def delete(self) -> None:
+        """Remove the block and the settings (the settings fall back to their defaults)."""
+        ...
+
+
+class AuditRows(Protocol):
+    """The unit of work's principal's audit events (append-only)."""
+
+    def append(self, event: NewAuditEvent) -> None: ...
+
+    def blank_lines(self) -> None:
+        """Blank the changed lines of every earlier event of the principal (counts stay)."""
+        ...
+
+
+class TurnRows(Protocol):
+    """The unit of work's principal's queued and indexed turns."""
+
+    def put(self, turn: NewTurn) -> None:
+        """Queue the turn, replacing a queued or indexed one with the same key (a turn being
+        indexed is waited for). STORAGE_FULL while the embedded data dir is short of space."""
+        ...
+
+    def delete_conversation(self, conversation_id: str) -> int:
+        """Remove the conversation's turns; how many."""
+        ...
+
+    def delete_all(self) -> int:
+        """Remove every turn of the principal; how many."""
+        ...
+
+
+class TombstoneRows(Protocol):
+    """The unit of work's principal's deleted conversations."""
+
+    def exists(self, conversation_id: str) -> bool: ...
+
+    def add(self, conversation_id: str, delete_time: datetime) -> None: ...
+
+    def delete_all(self) -> int: ...
+
+
+class InspectionRows(Protocol):
+    """The unit of work's principal's inspector records."""
+
+    def delete_conversation(self, conversation_id: str) -> int: ...
+
+    def delete_all(self) -> int: ...
+
+
+class UnitOfWork(Protocol):
+    """One principal's rows in one transaction: nothing is kept unless `commit` is called
+    before the context exits (an exception or an early return rolls everything back).
+    Writers of the principal are serialized while it is open."""
+
+    @property
+    def memory(self) -> PrincipalRows: ...
+
+    @property
+    def audit(self) -> AuditRows: ...
+
+    @property
+    def turns(self) -> TurnRows: ...
+
+    @property
+    def tombstones(self) -> TombstoneRows: ...
+
+    @property
+    def inspections(self) -> InspectionRows: ...
+
+    def commit(self) -> None: ...
+
+
+class UnitsOfWork(Protocol):
+    """Opens units of work."""
+
+    def __call__(
+        self, tenant_id: str, principal_id: str, *, exclusive: bool = False
+    ) -> AbstractContextManager[UnitOfWork]:
+        """A unit of work on one principal; `exclusive` also waits for any indexing of the
+        principal's turns in progress and holds off new indexing until it ends (erasure)."""
         ...
 
 

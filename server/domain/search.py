@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from server.domain.chunking import split_text, turn_text
+from server.domain.conversations import accept_turn, delete_conversation, erase_principal
 from server.domain.errors import (
     ConversationDeleted,
     ErrorReason,
@@ -61,6 +62,7 @@ from server.domain.ports import (
     MemoryStore,
     TurnBatch,
     TurnStore,
+    UnitsOfWork,
 )
 from server.domain.secrets import SecretDetector, redact_secrets
 from server.domain.text import sanitize
@@ -370,6 +372,7 @@ class ConversationSearch:
         memory: MemoryStore,
         indexer: Indexer,
         clock: Clock,
+        units: UnitsOfWork,
         *,
         wake_worker: Callable[[], None] = lambda: None,
         secrets: SecretDetector | None = None,
@@ -378,8 +381,10 @@ class ConversationSearch:
         """`secrets` finds the credentials replaced in every turn before it is stored
         (server/domain/secrets.py); None replaces nothing (unit tests of other rules).
         `inspections` records the searches made for a named turn (server/domain/inspection.py);
-        None records nothing."""
+        None records nothing. `units` opens the units of work that accepting, deleting and
+        erasing run on (server/domain/conversations.py)."""
         self._inspections = inspections
+        self._units = units
         self._turns = turns
         self._index = index
         self._embedder = embedder
@@ -421,8 +426,9 @@ class ConversationSearch:
         chunked = split_text(text)
         key = TurnKey(who.tenant_id, who.principal_id, conversation_id, turn_id)
         indexed_text = chunked.indexed_text
-        outcome = self._turns.accept_turn(
-            NewTurn(key=key, text=indexed_text, turn_time=turn_time, accept_time=self._clock())
+        outcome = accept_turn(
+            self._units,
+            NewTurn(key=key, text=indexed_text, turn_time=turn_time, accept_time=self._clock()),
         )
         if outcome is AcceptOutcome.CONVERSATION_DELETED:
             raise MemoriaError(
@@ -509,8 +515,8 @@ class ConversationSearch:
             conversation_id=conversation_id,
             actor_principal_id=who.principal_id,
         )
-        deleted = self._turns.delete_conversation(
-            who.tenant_id, who.principal_id, conversation_id, event
+        deleted = delete_conversation(
+            self._units, who.tenant_id, who.principal_id, conversation_id, event
         )
         if deleted is not None:
             self._wake_worker()  # the purge of its chunks
@@ -538,7 +544,8 @@ class ConversationSearch:
         )
         if self._inspections is not None:
             self._inspections.flush()  # no record made before the erasure may outlive it
-        return self._turns.erase_principal(
+        return erase_principal(
+            self._units,
             who.tenant_id,
             target,
             event,

@@ -196,6 +196,12 @@ def lines_of(text: str) -> list[str]:
     return text.split("\n") if text else []
 
 
+def block_line_count(text: str) -> int:
+    """How many lines a stored block has, as every count of removed lines reports them (a
+    deletion's and an erasure's): the lines of its sanitized text."""
+    return len(lines_of(sanitize(text)))
+
+
 @dataclass(frozen=True)
 class LineDiff:
     """The lines one rewrite removed from the old block and added to the new, each in order."""

@@ -37,7 +37,7 @@ from server.domain.model import (
     TurnRecords,
 )
 from server.storage.chunk_index import from_epoch_micros, to_epoch_micros
-from server.storage.sql import SqlMemoryStore, as_utc
+from server.storage.database import SqlDatabase, as_utc
 from server.storage.tables import turn_inspections
 
 log = logging.getLogger(__name__)
@@ -62,11 +62,11 @@ Record = RenderRecord | SearchRecord
 
 
 class SqlInspectionStore:
-    """`InspectionStore` over the memory store's engine; each record written in the call."""
+    """`InspectionStore` on the memory store's database; each record written in the call."""
 
-    def __init__(self, memory: SqlMemoryStore) -> None:
-        self._memory = memory
-        self._postgres = memory.engine.dialect.name == "postgresql"
+    def __init__(self, db: SqlDatabase) -> None:
+        self._db = db
+        self._postgres = db.postgres
         self._insert = _insert(self._postgres)
 
     def record_render(self, key: TurnKey, record: RenderRecord) -> None:
@@ -89,7 +89,7 @@ class SqlInspectionStore:
         for tenant, params in by_tenant.items():
             # SQLite: any principal name takes the store's one writer lock.
             lock = None if self._postgres else "-"
-            with self._memory.transaction(tenant, lock_principal=lock, announce=False) as tx:
+            with self._db.transaction(tenant, lock_principal=lock) as tx:
                 tx.connection.execute(self._insert, params)
 
     def read(self, key: TurnKey) -> TurnRecords:
@@ -106,7 +106,7 @@ class SqlInspectionStore:
         )
         renders: list[RenderRecord] = []
         searches: list[SearchRecord] = []
-        with self._memory.transaction(key.tenant_id) as tx:
+        with self._db.transaction(key.tenant_id) as tx:
             rows = tx.connection.execute(stmt).all()
         for kind, when, etag, char_count, query, hits in rows:
             if kind == RENDER:
@@ -120,7 +120,7 @@ class SqlInspectionStore:
         """See `InspectionStore.purge` (PostgreSQL: `memoria_purge_inspections`, which may
         cross tenants; the service role cannot)."""
         if self._postgres:
-            (removed,) = self._memory.call(_PURGE_PG, (before, limit))
+            (removed,) = self._db.call(_PURGE_PG, (before, limit))
             return int(removed)
         expired = (
             select(_i.c.record_id)
@@ -128,7 +128,7 @@ class SqlInspectionStore:
             .order_by(_i.c.record_time)
             .limit(limit)
         )
-        with self._memory.transaction("", lock_principal="", announce=False) as tx:
+        with self._db.transaction("", lock_principal="") as tx:
             return int(
                 tx.connection.execute(delete(_i).where(_i.c.record_id.in_(expired))).rowcount
             )

@@ -1,4 +1,4 @@
-"""The turn queue (outbox), conversation tombstones and erasure, in SQLite or PostgreSQL.
+"""The turn queue (outbox) and conversation tombstones, in SQLite or PostgreSQL.
 
 Claims differ by engine, behind one interface (`TurnStore` in server/domain/ports.py):
 
@@ -9,39 +9,34 @@ Claims differ by engine, behind one interface (`TurnStore` in server/domain/port
   and the turn is claimed again (point ids are deterministic, so no chunk is duplicated). A
   re-send, a conversation delete or an erasure that touches a claimed turn waits for the
   claim, so the index can never end up holding a stale or deleted turn.
-- SQLite (the embedded default, one process): processors take turns on one lock; a re-send
+- SQLite (the embedded default, one process): processors take turns on one lock
+  (`SqlDatabase.processing`); a re-send
   bumps the turn's version, and a processor that finishes an old version leaves the new one
   queued. A deleted conversation's purge runs on the same lock, after any processing of it.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, exists, func, select, text, update
+from sqlalchemy import Connection, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from server.domain.model import (
-    AcceptOutcome,
     ClaimedTurn,
     ConversationPurge,
-    Erasure,
-    NewAuditEvent,
-    NewTurn,
     StoredTurn,
     Tombstone,
     TurnKey,
 )
-from server.domain.text import lines_of, sanitize
 from server.storage.cache import ExactCache
+from server.storage.database import SqlDatabase, as_utc, store_errors
 from server.storage.engine import WRITE_OPTION
-from server.storage.sql import SqlMemoryStore, as_utc, store_errors
-from server.storage.tables import conversation_tombstones, conversation_turns, turn_inspections
+from server.storage.tables import conversation_tombstones, conversation_turns
 
 _t, _z = conversation_turns, conversation_tombstones
 PENDING, INDEXED, FAILED = "pending", "indexed", "failed"
@@ -77,7 +72,6 @@ class OutboxStats:
 
 
 def _upsert_turn(dialect: Any) -> Any:
-    """Insert a turn, or replace a queued or indexed one: new text, next version, queued."""
     stmt = dialect.insert(_t)
     return stmt.on_conflict_do_update(
         index_elements=["tenant_id", "principal_id", "conversation_id", "turn_id"],
@@ -97,25 +91,19 @@ def _upsert_turn(dialect: Any) -> Any:
 _UPSERT_TURN = {"postgresql": _upsert_turn(postgresql), "sqlite": _upsert_turn(sqlite)}
 
 
-class SqlTurnStore:
-    """`TurnStore` over the same database (and unit of work) as the memory blocks."""
+def upsert_turn_statement(dialect_name: str) -> Any:
+    """Insert a turn, or replace a queued or indexed one: new text, next version, queued
+    (the unit of work's `turns.put`, server/storage/unit_of_work.py)."""
+    return _UPSERT_TURN[dialect_name]
 
-    def __init__(
-        self,
-        memory: SqlMemoryStore,
-        *,
-        forget: Callable[[str, str], None] = lambda t, p: None,
-        deleted_cache_entries: int = 50_000,
-    ) -> None:
-        """`forget(tenant, principal)` drops this server's cached copy of a principal's
-        memory after an erasure (other replicas hear of it through the change channel)."""
-        self._memory = memory
-        self._engine = memory.engine
-        self._postgres = self._engine.dialect.name == "postgresql"
-        self._upsert = _UPSERT_TURN[self._engine.dialect.name]
-        self._forget = forget
-        # SQLite: one processor at a time (see the module docstring).
-        self._processing = None if self._postgres else threading.Lock()
+
+class SqlTurnStore:
+    """`TurnStore` on the database the memory blocks are in."""
+
+    def __init__(self, db: SqlDatabase, *, deleted_cache_entries: int = 50_000) -> None:
+        self._db = db
+        self._engine = db.engine
+        self._postgres = db.postgres
         # SQLite: this process is the only writer, so the search path's read of deleted
         # conversations is cached exactly (invalidated when a delete, purge or erasure
         # commits). PostgreSQL: one statement per search, never cached, because another
@@ -123,43 +111,12 @@ class SqlTurnStore:
         self._deleted: ExactCache[tuple[str, str], frozenset[str]] | None = (
             None if self._postgres else ExactCache(max_entries=deleted_cache_entries)
         )
-
-    def accept_turn(self, turn: NewTurn) -> AcceptOutcome:
-        """See `TurnStore.accept_turn`; STORAGE_FULL while the data dir is short of space."""
-        if self._memory.space is not None:
-            self._memory.space.ensure_room()
-        key = turn.key
-        with self._memory.transaction(
-            key.tenant_id, lock_principal=key.principal_id, announce=False
-        ) as tx:
-            if not tx.load(key.principal_id).memory_enabled:
-                return AcceptOutcome.MEMORY_DISABLED
-            conn = tx.connection
-            if _is_deleted(conn, key.tenant_id, key.principal_id, key.conversation_id):
-                return AcceptOutcome.CONVERSATION_DELETED
-            conn.execute(
-                self._upsert,
-                {
-                    "tenant_id": key.tenant_id,
-                    "principal_id": key.principal_id,
-                    "conversation_id": key.conversation_id,
-                    "turn_id": key.turn_id,
-                    "version": 1,
-                    "status": PENDING,
-                    "text": turn.text,
-                    "turn_time": turn.turn_time,
-                    "accept_time": turn.accept_time,
-                    "due_time": turn.accept_time,
-                    "attempts": 0,
-                    "last_error": None,
-                },
-            )
-            return AcceptOutcome.ACCEPTED
+        db.on_deletion_change(self._changed_deletions)
 
     @contextmanager
     def claim(self, limit: int, now: datetime, only: TurnKey | None = None) -> Iterator[_Batch]:
         """See `TurnStore.claim`."""
-        with store_errors(), self._processing or nullcontext(), self._engine.connect() as conn:
+        with store_errors(), self._db.processing or nullcontext(), self._engine.connect() as conn:
             if self._postgres:
                 with conn.begin():
                     batch = _Batch(conn, self._claim_pg(conn, limit, now, only), True)
@@ -189,7 +146,7 @@ class SqlTurnStore:
     def deleted_conversations(self, tenant_id: str, principal_id: str) -> frozenset[str]:
         """See `TurnStore.deleted_conversations`."""
         if self._deleted is None:
-            (names,) = self._memory.call(_DELETED_CONVERSATIONS_PG, (tenant_id, principal_id))
+            (names,) = self._db.call(_DELETED_CONVERSATIONS_PG, (tenant_id, principal_id))
             return frozenset(names)
 
         def load() -> frozenset[str]:
@@ -198,7 +155,7 @@ class SqlTurnStore:
                 _z.c.principal_id == principal_id,
                 _z.c.purge_time.is_(None),
             )
-            with self._memory.transaction(tenant_id) as tx:
+            with self._db.transaction(tenant_id) as tx:
                 return frozenset(tx.connection.execute(stmt).scalars())
 
         return self._deleted.get((tenant_id, principal_id), load)
@@ -208,7 +165,7 @@ class SqlTurnStore:
         gauges (PostgreSQL: `memoria_outbox_stats()`, migration 0006, since row-level security
         confines the service role to one tenant). One aggregate over the pending turns' index."""
         if self._postgres:
-            pending, oldest = self._memory.call(_OUTBOX_STATS_PG, ())
+            pending, oldest = self._db.call(_OUTBOX_STATS_PG, ())
         else:
             with store_errors(), self._engine.connect() as conn:
                 pending, oldest = conn.execute(_OUTBOX_STATS).one()
@@ -219,46 +176,10 @@ class SqlTurnStore:
         if self._deleted is not None:
             self._deleted.invalidate((tenant_id, principal_id))
 
-    def delete_conversation(
-        self, tenant_id: str, principal_id: str, conversation_id: str, event: NewAuditEvent
-    ) -> int | None:
-        """See `TurnStore.delete_conversation`."""
-        with self._memory.transaction(tenant_id, lock_principal=principal_id, announce=False) as tx:
-            conn = tx.connection
-            if _is_deleted(conn, tenant_id, principal_id, conversation_id):
-                return None
-            turns = conn.execute(
-                delete(_t).where(
-                    _t.c.tenant_id == tenant_id,
-                    _t.c.principal_id == principal_id,
-                    _t.c.conversation_id == conversation_id,
-                )
-            ).rowcount
-            # The inspector's records of the conversation go with it (DESIGN 3, issue 12).
-            conn.execute(
-                delete(turn_inspections).where(
-                    turn_inspections.c.tenant_id == tenant_id,
-                    turn_inspections.c.principal_id == principal_id,
-                    turn_inspections.c.conversation_id == conversation_id,
-                )
-            )
-            conn.execute(
-                _z.insert().values(
-                    tenant_id=tenant_id,
-                    principal_id=principal_id,
-                    conversation_id=conversation_id,
-                    delete_time=event.create_time,
-                    purge_time=None,
-                )
-            )
-            tx.append_audit(replace(event, deleted_turn_count=turns))
-        self._changed_deletions(tenant_id, principal_id)
-        return turns
-
     @contextmanager
     def claim_purges(self, limit: int) -> Iterator[list[ConversationPurge]]:
         """See `TurnStore.claim_purges`."""
-        with store_errors(), self._processing or nullcontext(), self._engine.connect() as conn:
+        with store_errors(), self._db.processing or nullcontext(), self._engine.connect() as conn:
             if self._postgres:
                 with conn.begin():
                     rows = conn.execute(_CLAIM_PURGES_PG, {"limit": limit})
@@ -279,40 +200,7 @@ class SqlTurnStore:
             with conn.begin():
                 _mark_purged(conn, purges, set_tenant=False)
             for purge in purges:
-                self._changed_deletions(purge.tenant_id, purge.principal_id)
-
-    def erase_principal(
-        self, tenant_id: str, principal_id: str, event: NewAuditEvent, purge: Callable[[], None]
-    ) -> Erasure:
-        """See `TurnStore.erase_principal`."""
-        with (
-            self._processing or nullcontext(),
-            self._memory.transaction(tenant_id, lock_principal=principal_id) as tx,
-        ):
-            conn = tx.connection
-            block = tx.load(principal_id).block
-            lines = len(lines_of(sanitize(block.text))) if block is not None else 0
-            scope = (_t.c.tenant_id == tenant_id, _t.c.principal_id == principal_id)
-            turns = conn.execute(delete(_t).where(*scope)).rowcount
-            conn.execute(
-                delete(_z).where(_z.c.tenant_id == tenant_id, _z.c.principal_id == principal_id)
-            )
-            _ti = turn_inspections
-            inspections = conn.execute(
-                delete(_ti).where(_ti.c.tenant_id == tenant_id, _ti.c.principal_id == principal_id)
-            ).rowcount
-            tx.delete_block(principal_id)
-            tx.delete_settings(principal_id)
-            tx.redact_audit_lines(principal_id)
-            tx.append_audit(replace(event, removed_line_count=lines, deleted_turn_count=turns))
-            purge()
-        self._forget(tenant_id, principal_id)
-        self._changed_deletions(tenant_id, principal_id)
-        return Erasure(
-            removed_line_count=lines,
-            deleted_turn_count=turns,
-            deleted_inspection_count=inspections,
-        )
+                self._db.deletions_changed(purge.tenant_id, purge.principal_id)
 
     def list_turns(
         self, tenant_id: str, principal_id: str, after_row_id: int, limit: int
@@ -329,7 +217,7 @@ class SqlTurnStore:
             .order_by(_t.c.turn_row_id)
             .limit(limit)
         )
-        with self._memory.transaction(tenant_id) as tx:
+        with self._db.transaction(tenant_id) as tx:
             rows = tx.connection.execute(stmt).all()
         return [
             StoredTurn(
@@ -354,7 +242,7 @@ class SqlTurnStore:
             .offset(offset)
             .limit(limit)
         )
-        with self._memory.transaction(tenant_id) as tx:
+        with self._db.transaction(tenant_id) as tx:
             rows = tx.connection.execute(stmt).all()
         return [Tombstone(conversation, as_utc(when)) for conversation, when in rows]
 
@@ -465,17 +353,3 @@ def _rows(conn: Connection, stmt: Any) -> list[ClaimedTurn]:
             )
         )
     return turns
-
-
-def _is_deleted(conn: Connection, tenant_id: str, principal_id: str, conversation_id: str) -> bool:
-    return bool(
-        conn.execute(
-            select(
-                exists().where(
-                    _z.c.tenant_id == tenant_id,
-                    _z.c.principal_id == principal_id,
-                    _z.c.conversation_id == conversation_id,
-                )
-            )
-        ).scalar()
-    )

@@ -15,17 +15,13 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.trace import SpanKind
 
 from server.domain.model import (
-    AcceptOutcome,
     AuditAction,
     AuditEvent,
     AuditQuery,
     Change,
     ConversationPurge,
     EncodedQuery,
-    Erasure,
     IndexedChunk,
-    NewAuditEvent,
-    NewTurn,
     PrincipalMemory,
     RetrievalResult,
     SearchScope,
@@ -219,21 +215,8 @@ class TracedTurnStore:
                 span.set_attribute("memoria.item_count", items)
             yield work
 
-    def accept_turn(self, turn: NewTurn) -> AcceptOutcome:
-        return self._turns.accept_turn(turn)
-
     def deleted_conversations(self, tenant_id: str, principal_id: str) -> frozenset[str]:
         return self._turns.deleted_conversations(tenant_id, principal_id)
-
-    def delete_conversation(
-        self, tenant_id: str, principal_id: str, conversation_id: str, event: NewAuditEvent
-    ) -> int | None:
-        return self._turns.delete_conversation(tenant_id, principal_id, conversation_id, event)
-
-    def erase_principal(
-        self, tenant_id: str, principal_id: str, event: NewAuditEvent, purge: Callable[[], None]
-    ) -> Erasure:
-        return self._turns.erase_principal(tenant_id, principal_id, event, purge)
 
     def list_turns(
         self, tenant_id: str, principal_id: str, after_row_id: int, limit: int

@@ -37,6 +37,7 @@ from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.memory import MemoryBlocks
 from server.domain.model import Identity, Writer
 from server.storage import migrate
+from server.storage.database import SqlDatabase
 from server.storage.engine import create_store_engine
 from server.storage.sql import SqlMemoryStore
 from tests.api.conftest import error_info
@@ -288,7 +289,9 @@ def test_postgres_out_of_disk_answers_storage_full_and_recovers(
     """PostgreSQL refuses to extend a table on a full disk (SQLSTATE 53100, "could not extend
     file"); Memoria answers STORAGE_FULL for that write, reads keep working, and writes resume
     once space is freed. (The data dir watermark is not involved: it guards embedded stores.)"""
-    store = SqlMemoryStore(create_store_engine(postgres_on_small_disk.app_url, pool_size=2))
+    store = SqlMemoryStore(
+        SqlDatabase(create_store_engine(postgres_on_small_disk.app_url, pool_size=2))
+    )
     blocks = MemoryBlocks(store, lambda: datetime.now(UTC))
     ana = Identity("t-pg-disk", "ana")
     try:
@@ -310,4 +313,4 @@ def test_postgres_out_of_disk_answers_storage_full_and_recovers(
         blocks.rewrite(ana, "Preferred name: Ana B.", Writer.USER)
         assert blocks.get(ana).text == "Preferred name: Ana B."
     finally:
-        store.dispose()
+        store.db.dispose()

@@ -183,7 +183,7 @@ def test_records_past_the_retention_are_purged(api: Api) -> None:
     other = api.tenant + "-other"
     render(api, ana, turn())
     render(api, api.who("bob", tenant=other), turn())
-    store = SqlInspectionStore(api.running.store)
+    store = SqlInspectionStore(api.running.store.db)
     store.purge(utc_now() - timedelta(days=30), 100)
     assert (recorded(api), recorded(api, other)) == (1, 1)
     # Later than both records: the purge removes them across tenants, in batches.

@@ -605,7 +605,7 @@ def test_a_block_over_a_lowered_limit_is_shown_whole_and_the_next_write_must_fit
 
     # The server restarts with a lower limit on the same data (same SQLite data dir, or same
     # PostgreSQL db). The first one stops first: one process owns an embedded data dir.
-    kind = "postgres" if api.running.store.engine.dialect.name == "postgresql" else "sqlite"
+    kind = "postgres" if api.running.store.db.engine.dialect.name == "postgresql" else "sqlite"
     api.running.stop(0)
     running, channel = start_server(server_settings(kind, request, tmp_path, char_limit=100))
     try:

@@ -127,7 +127,7 @@ def test_rpc_span_has_method_and_status_and_its_sql_statements_as_children(
     assert sql, [s.name for s in traced.spans.get_finished_spans()]
     assert all(s.context.trace_id == rpc.context.trace_id for s in sql)
     statements = " ".join(str((s.attributes or {}).get("db.statement", "")) for s in sql)
-    if traced.running.store.autocommit_engine is not None:  # PostgreSQL's raw psycopg path
+    if traced.running.store.db.autocommit_engine is not None:  # PostgreSQL's raw psycopg path
         assert "memoria_write(" in statements
 
 
@@ -206,7 +206,7 @@ def test_search_has_qdrant_and_embedding_spans_and_indexing_is_counted(traced: T
 
 def test_block_sizes_and_outbox_gauges(traced: Traced) -> None:
     # The outbox gauges cover the whole database, which other tests' turns may share.
-    pending_before = SqlTurnStore(traced.running.store).outbox_stats().pending
+    pending_before = SqlTurnStore(traced.running.store.db).outbox_stats().pending
     traced.search.IndexTurn(
         search_pb.IndexTurnRequest(
             conversation_id="c1", turn_id="t1", question="q", answer="a", turn_time=ts()

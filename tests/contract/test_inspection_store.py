@@ -26,9 +26,9 @@ from server.domain.ports import InspectionStore
 from server.storage.inspections import BufferedInspectionStore, SqlInspectionStore
 from server.storage.sql import SqlMemoryStore
 from server.storage.tables import turn_inspections
-from server.storage.turns import SqlTurnStore
 from tests.conftest import make_store
 from tests.fakes import InMemoryInspectionStore
+from tests.turn_operations import TurnOperations
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 KINDS = [
@@ -58,9 +58,9 @@ def subject(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Subject]
         return
     sql = make_store(kind.split("-")[0], request, tmp_path)
     assert isinstance(sql, SqlMemoryStore)
-    inner = SqlInspectionStore(sql)
+    inner = SqlInspectionStore(sql.db)
     store: InspectionStore = BufferedInspectionStore(inner) if "buffered" in kind else inner
-    turns = SqlTurnStore(sql)
+    turns = TurnOperations(sql.db)
 
     def delete_conversation(tenant: str, principal: str, conversation: str) -> None:
         store.flush()
@@ -163,14 +163,14 @@ def test_records_are_tenant_scoped_for_the_service_role(
 ) -> None:
     sql = make_store("postgres", request, tmp_path)
     assert isinstance(sql, SqlMemoryStore)
-    SqlInspectionStore(sql).record_render(key(tenant), RenderRecord("e1", 1, T0))
+    SqlInspectionStore(sql.db).record_render(key(tenant), RenderRecord("e1", 1, T0))
     count = select(func.count()).select_from(turn_inspections)
-    with sql.engine.connect() as conn, conn.begin():
+    with sql.db.engine.connect() as conn, conn.begin():
         # No tenant set: nothing visible, even with no WHERE clause.
         assert conn.execute(count).scalar_one() == 0
         conn.execute(text("SELECT set_config('app.tenant_id', :t, true)"), {"t": tenant + "-x"})
         assert conn.execute(count).scalar_one() == 0
-    with sql.engine.connect() as conn, conn.begin():
+    with sql.db.engine.connect() as conn, conn.begin():
         conn.execute(text("SELECT set_config('app.tenant_id', :t, true)"), {"t": tenant})
         assert conn.execute(count).scalar_one() == 1
         with pytest.raises(Exception, match="row-level security"):

@@ -21,6 +21,7 @@ from server.storage.cache import (
     CachedMemoryStore,
     PostgresChangeListener,
 )
+from server.storage.database import SqlDatabase
 from server.storage.engine import CHANGE_CHANNEL, create_store_engine
 from server.storage.sql import SqlMemoryStore
 from tests.conftest import PgDatabase
@@ -64,10 +65,10 @@ def conninfo(database: PgDatabase) -> str:
 
 def start_replica(database: PgDatabase, *, wait: bool = True) -> Replica:
     """A server's store, read cache and listener; with `wait`, once its cache is on."""
-    store = SqlMemoryStore(create_store_engine(database.app_url, pool_size=2))
+    store = SqlMemoryStore(SqlDatabase(create_store_engine(database.app_url, pool_size=2)))
     cache = Recorder(store)
     listener = PostgresChangeListener(
-        conninfo(database), cache, own_origin=store.origin, check_seconds=0.2
+        conninfo(database), cache, own_origin=store.db.origin, check_seconds=0.2
     )
     listener.start()
     if wait:
@@ -77,7 +78,7 @@ def start_replica(database: PgDatabase, *, wait: bool = True) -> Replica:
 
 def stop_replica(replica: Replica) -> None:
     replica.listener.stop()
-    replica.store.dispose()
+    replica.store.db.dispose()
 
 
 @pytest.fixture
@@ -171,7 +172,7 @@ def test_losing_the_listener_turns_the_cache_off_until_it_is_back(
                     "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                     "AND application_name = :name"
                 ),
-                {"name": f"{LISTENER_APPLICATION_NAME} {b.store.origin}"},
+                {"name": f"{LISTENER_APPLICATION_NAME} {b.store.db.origin}"},
             )
             .scalars()
             .all()
@@ -193,9 +194,9 @@ def test_a_lone_server_announces_nothing_until_another_listens(
     a = start_replica(private_postgres)
     b: Replica | None = None
     # A writer without a listener of its own, as a `memoria worker` is.
-    worker = SqlMemoryStore(create_store_engine(private_postgres.app_url, pool_size=1))
+    worker = SqlMemoryStore(SqlDatabase(create_store_engine(private_postgres.app_url, pool_size=1)))
     try:
-        assert listeners_value(private_postgres) == int(a.store.origin, 16) + 1
+        assert listeners_value(private_postgres) == int(a.store.db.origin, 16) + 1
         write(a, tenant, "alone")
         assert list(watcher.notifies(timeout=0.5)) == []  # nobody else to tell
         assert a.cache.heard == []
@@ -204,7 +205,7 @@ def test_a_lone_server_announces_nothing_until_another_listens(
         assert listeners_value(private_postgres) == -1  # several
         write(a, tenant, "b listens")
         heard = [n.payload for n in watcher.notifies(timeout=WAIT, stop_after=1)]
-        assert heard == [f"{a.store.origin}\x1f{tenant}\x1fana"]
+        assert heard == [f"{a.store.db.origin}\x1f{tenant}\x1fana"]
         assert b.cache.read(tenant, "ana").block.text == "b listens"  # type: ignore[union-attr]
 
         b.cache.invalidated.clear()
@@ -213,7 +214,7 @@ def test_a_lone_server_announces_nothing_until_another_listens(
         assert b.cache.invalidated.wait(WAIT)
         assert (tenant, "bob") in b.cache.heard
     finally:
-        worker.dispose()
+        worker.db.dispose()
         stop_replica(a)
         if b is not None:
             stop_replica(b)

@@ -20,6 +20,7 @@ from psycopg.types.json import Json
 from sqlalchemy.engine import make_url
 
 from server.domain.errors import ErrorReason, MemoriaError
+from server.storage.database import SqlDatabase
 from server.storage.engine import create_store_engine
 from server.storage.sql import SqlMemoryStore
 from tests.conftest import PgDatabase
@@ -45,30 +46,30 @@ def _span(statement: str) -> Iterator[None]:
 
 @pytest.fixture(params=["untraced", "traced"])
 def store(request: pytest.FixtureRequest, postgres: PgDatabase) -> Iterator[SqlMemoryStore]:
-    store = SqlMemoryStore(create_store_engine(postgres.app_url, pool_size=2))
+    store = SqlMemoryStore(SqlDatabase(create_store_engine(postgres.app_url, pool_size=2)))
     SPANS.clear()
     if request.param == "traced":
-        store.trace_calls(_span)  # as telemetry does
+        store.db.trace_calls(_span)  # as telemetry does
     try:
         yield store
     finally:
-        store.dispose()
+        store.db.dispose()
     assert (SPANS != []) is (request.param == "traced")
 
 
 def test_parameters_and_the_row_round_trip(store: SqlMemoryStore) -> None:
     for _ in range(3):  # the first call prepares the statement, the next ones reuse it
-        assert store.call(ECHO, VALUES) == EXPECTED
+        assert store.db.call(ECHO, VALUES) == EXPECTED
 
 
 def test_a_failing_statement_raises_the_servers_error_and_the_pool_goes_on(
     store: SqlMemoryStore,
 ) -> None:
     with pytest.raises(psycopg.errors.DivisionByZero):
-        store.call("SELECT 1 / %s::int", (0,))
+        store.db.call("SELECT 1 / %s::int", (0,))
     with pytest.raises(psycopg.errors.UndefinedFunction):
-        store.call("SELECT memoria_no_such_function(%s)", ("x",))
-    assert store.call("SELECT 1 / %s::int", (1,)) == (1,)
+        store.db.call("SELECT memoria_no_such_function(%s)", ("x",))
+    assert store.db.call("SELECT 1 / %s::int", (1,)) == (1,)
 
 
 def test_concurrent_calls_each_get_their_own_row(store: SqlMemoryStore) -> None:
@@ -79,7 +80,7 @@ def test_concurrent_calls_each_get_their_own_row(store: SqlMemoryStore) -> None:
     def work(n: int) -> None:
         try:
             for i in range(20):
-                results[n * 100 + i] = store.call("SELECT %s::int * 2", (n * 100 + i,))
+                results[n * 100 + i] = store.db.call("SELECT %s::int * 2", (n * 100 + i,))
         except BaseException as error:
             errors.append(error)
 
@@ -95,16 +96,16 @@ def test_concurrent_calls_each_get_their_own_row(store: SqlMemoryStore) -> None:
 def test_a_connection_the_server_ended_is_dropped_and_the_next_call_prepares_again(
     store: SqlMemoryStore, postgres: PgDatabase
 ) -> None:
-    assert store.call("SELECT %s::int + 1", (1,)) == (2,)
-    (pid,) = store.call("SELECT pg_backend_pid()", ())
+    assert store.db.call("SELECT %s::int + 1", (1,)) == (2,)
+    (pid,) = store.db.call("SELECT pg_backend_pid()", ())
     # The service role may end its own sessions (each call reuses the one pooled connection).
     url = make_url(postgres.app_url).set(drivername="postgresql")
     with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as other:
         assert other.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
     with pytest.raises(MemoriaError) as lost:
-        store.call("SELECT %s::int + 1", (1,))
+        store.db.call("SELECT %s::int + 1", (1,))
     assert lost.value.reason is ErrorReason.STORE_UNAVAILABLE
-    assert store.call("SELECT %s::int + 1", (1,)) == (2,)  # a new connection, prepared anew
+    assert store.db.call("SELECT %s::int + 1", (1,)) == (2,)  # a new connection, prepared anew
 
 
 def test_a_statement_whose_plan_went_stale_is_prepared_again(
@@ -117,13 +118,13 @@ def test_a_statement_whose_plan_went_stale_is_prepared_again(
     with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as owner:
         owner.execute(f"CREATE FUNCTION {function}(x int) RETURNS int LANGUAGE sql AS 'SELECT x'")
         try:
-            assert store.call(f"SELECT {function}(%s)", (7,)) == (7,)
+            assert store.db.call(f"SELECT {function}(%s)", (7,)) == (7,)
             owner.execute(f"DROP FUNCTION {function}(int)")
             owner.execute(
                 f"CREATE FUNCTION {function}(x int) RETURNS text LANGUAGE sql AS 'SELECT x::text'"
             )
             with contextlib.suppress(psycopg.errors.FeatureNotSupported):
-                store.call(f"SELECT {function}(%s)", (7,))  # the prepared path fails once
-            assert store.call(f"SELECT {function}(%s)", (7,)) == ("7",)
+                store.db.call(f"SELECT {function}(%s)", (7,))  # the prepared path fails once
+            assert store.db.call(f"SELECT {function}(%s)", (7,)) == ("7",)
         finally:
             owner.execute(f"DROP FUNCTION IF EXISTS {function}(int)")

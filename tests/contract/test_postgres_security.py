@@ -15,9 +15,10 @@ from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
 from server.domain.model import AuditAction, NewAuditEvent, NewTurn, StoredBlock, TurnKey, Writer
+from server.storage.database import SqlDatabase
 from server.storage.sql import SqlMemoryStore
-from server.storage.turns import SqlTurnStore
 from tests.conftest import PgDatabase
+from tests.turn_operations import TurnOperations
 
 pytestmark = pytest.mark.postgres
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
@@ -32,8 +33,8 @@ def app_engine(postgres: PgDatabase) -> Iterator[Engine]:
 
 @pytest.fixture
 def two_tenants(app_engine: Engine, tenant: str, request: pytest.FixtureRequest) -> tuple[str, str]:
-    store = SqlMemoryStore(app_engine)
-    request.addfinalizer(store.dispose)
+    store = SqlMemoryStore(SqlDatabase(app_engine))
+    request.addfinalizer(store.db.dispose)
     other = tenant + "-b"
     for t in (tenant, other):
         with store.transaction(t, lock_principal="ana") as tx:
@@ -176,8 +177,8 @@ def test_service_cannot_change_the_schema_or_disable_rls(app_engine: Engine) -> 
 def test_turn_queue_and_tombstones_are_tenant_scoped(app_engine: Engine, tenant: str) -> None:
     """The queue's cross-tenant claim goes through the definer function, which returns ids
     only; a plain (buggy) query as the service role still sees only its own tenant's turns."""
-    store = SqlMemoryStore(app_engine)
-    turns = SqlTurnStore(store)
+    store = SqlMemoryStore(SqlDatabase(app_engine))
+    turns = TurnOperations(store.db)
     other = tenant + "-b"
     try:
         for t in (tenant, other):
@@ -215,4 +216,4 @@ def test_turn_queue_and_tombstones_are_tenant_scoped(app_engine: Engine, tenant:
                 {"other": other},
             )
     finally:
-        store.dispose()
+        store.db.dispose()

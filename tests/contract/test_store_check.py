@@ -15,6 +15,7 @@ import pytest
 
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.model import AuditQuery
+from server.storage.database import SqlDatabase
 from server.storage.engine import create_store_engine
 from server.storage.sql import SqlMemoryStore
 from tests.postgres_server import OwnPostgres
@@ -23,7 +24,7 @@ PROBE_BOUND_S = 5.0
 
 
 def test_check_passes_on_a_live_store(sql_store: SqlMemoryStore) -> None:
-    sql_store.check()
+    sql_store.db.check()
 
 
 def use_both_pools(store: SqlMemoryStore, tenant: str, threads: int = 6) -> list[Exception]:
@@ -55,22 +56,22 @@ def use_both_pools(store: SqlMemoryStore, tenant: str, threads: int = 6) -> list
 def test_after_a_restart_the_first_check_passes_and_no_call_meets_a_dead_connection(
     own_postgres: OwnPostgres,
 ) -> None:
-    store = SqlMemoryStore(create_store_engine(own_postgres.app_url, pool_size=8))
+    store = SqlMemoryStore(SqlDatabase(create_store_engine(own_postgres.app_url, pool_size=8)))
     try:
         assert use_both_pools(store, "t1") == []
-        store.check()
+        store.db.check()
 
         own_postgres.stop()
         started = time.monotonic()
         with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises
-            store.check()
+            store.db.check()
         assert time.monotonic() - started < PROBE_BOUND_S
         with pytest.raises(MemoriaError) as raised:
             store.read("t1", "ana")
         assert raised.value.reason is ErrorReason.STORE_UNAVAILABLE
 
         own_postgres.start()
-        store.check()  # passes at once: stale connections are dropped, not reported
+        store.db.check()  # passes at once: stale connections are dropped, not reported
         assert use_both_pools(store, "t1") == []
     finally:
-        store.dispose()
+        store.db.dispose()

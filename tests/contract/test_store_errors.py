@@ -36,10 +36,11 @@ from server.domain.model import (
     TurnKey,
     Writer,
 )
+from server.storage.database import SqlDatabase
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.qdrant_edge import QdrantEdgeChunkIndex
 from server.storage.sql import SqlMemoryStore
-from server.storage.turns import SqlTurnStore
+from tests.turn_operations import TurnOperations
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DIM = 4
@@ -60,14 +61,14 @@ def broken_sql(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlMe
         url = f"postgresql+psycopg://memoria@127.0.0.1:{free_port()}/memoria?connect_timeout=5"
     else:
         url = sqlite_url(tmp_path / "removed-data-dir")
-    store = SqlMemoryStore(create_store_engine(url, pool_size=2))
+    store = SqlMemoryStore(SqlDatabase(create_store_engine(url, pool_size=2)))
     yield store
-    store.dispose()
+    store.db.dispose()
 
 
 def sql_operations(store: SqlMemoryStore) -> dict[str, Callable[[], object]]:
     """Every operation of the MemoryStore and TurnStore ports on `store`."""
-    turns = SqlTurnStore(store)
+    turns = TurnOperations(store.db)
     change = Change(
         principal_id="ana",
         decided_on=PrincipalMemory(block=None, settings=None),

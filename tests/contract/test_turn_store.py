@@ -22,6 +22,7 @@ from server.domain.model import (
 from server.storage.sql import SqlMemoryStore
 from server.storage.tables import conversation_turns
 from server.storage.turns import SqlTurnStore
+from tests.turn_operations import TurnOperations
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
 LATER = T0 + timedelta(hours=1)
@@ -29,7 +30,7 @@ LATER = T0 + timedelta(hours=1)
 
 @pytest.fixture
 def turns(sql_store: SqlMemoryStore) -> SqlTurnStore:
-    return SqlTurnStore(sql_store)
+    return TurnOperations(sql_store.db)  # type: ignore[return-value]
 
 
 def key(tenant: str, principal: str = "ana", conversation: str = "c1", turn: str = "t1") -> TurnKey:

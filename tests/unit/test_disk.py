@@ -30,9 +30,10 @@ from server.health import (
     store_dependencies,
 )
 from server.storage import migrate
+from server.storage.database import SqlDatabase, store_unavailable
 from server.storage.disk import DiskShort, FreeSpace, MiB, startup_refusal, storage_full
 from server.storage.engine import create_store_engine, sqlite_url
-from server.storage.sql import SqlMemoryStore, store_unavailable
+from server.storage.sql import SqlMemoryStore
 from tests.unit.test_health import Recorder
 
 GiB = 1024 * MiB
@@ -124,7 +125,7 @@ def test_a_start_on_a_short_disk_is_refused_in_one_line() -> None:
 def test_sqlite_out_of_space_answers_storage_full_and_keeps_the_old_block(tmp_path: Path) -> None:
     engine = create_store_engine(sqlite_url(tmp_path), pool_size=2)
     migrate.upgrade(engine)
-    store = SqlMemoryStore(engine)
+    store = SqlMemoryStore(SqlDatabase(engine))
     blocks = MemoryBlocks(store, lambda: datetime(2026, 12, 1, tzinfo=UTC))
     ana = Identity("t-disk", "ana")
     blocks.rewrite(ana, "Preferred name: Ana", Writer.USER)
@@ -142,7 +143,7 @@ def test_sqlite_out_of_space_answers_storage_full_and_keeps_the_old_block(tmp_pa
             blocks.rewrite(ana, f"Preferred name: Ana\n{'x' * 3900} {line}", Writer.USER)
     assert caught.value.reason is ErrorReason.STORAGE_FULL
     assert blocks.get(ana).text.startswith("Preferred name: Ana")
-    store.dispose()
+    store.db.dispose()
 
 
 def test_postgres_disk_full_answers_storage_full() -> None:

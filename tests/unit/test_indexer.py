@@ -22,11 +22,13 @@ from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import EncodedQuery, IndexedChunk, NewTurn, SearchScope, TurnKey
 from server.domain.search import MAX_INDEX_ATTEMPTS, OUTAGE_RETRY_DELAY, Indexer
 from server.storage import migrate
+from server.storage.database import SqlDatabase
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.qdrant_edge import QdrantEdgeChunkIndex
 from server.storage.sql import SqlMemoryStore
 from server.storage.tables import conversation_turns
 from server.storage.turns import SqlTurnStore
+from tests.turn_operations import TurnOperations
 
 DIM = 8
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -78,8 +80,8 @@ def parts(
 ) -> Iterator[tuple[Indexer, SqlTurnStore, FlakyIndex, Clock, SqlMemoryStore]]:
     engine = create_store_engine(sqlite_url(tmp_path))
     migrate.upgrade(engine)
-    store = SqlMemoryStore(engine)
-    turns = SqlTurnStore(store)
+    store = SqlMemoryStore(SqlDatabase(engine))
+    turns = TurnOperations(store.db)
     index = FlakyIndex(tmp_path / "chunks", DIM, HashEmbedder.model_id)
     clock = Clock()
     indexer = Indexer(turns, index, HashEmbedder(), KeywordEncoder(), clock)
@@ -87,7 +89,7 @@ def parts(
         yield indexer, turns, index, clock, store
     finally:
         index.close()
-        store.dispose()
+        store.db.dispose()
 
 
 def row(store: SqlMemoryStore) -> tuple[str, int, str | None, datetime]:
