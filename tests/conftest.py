@@ -30,6 +30,7 @@ from sqlalchemy.engine import make_url
 
 from server.domain.ports import MemoryStore
 from server.storage import migrate
+from server.storage.cache import CachedMemoryStore
 from server.storage.database import SqlDatabase
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.sql import SqlMemoryStore
@@ -176,11 +177,20 @@ STORE_KINDS = [
     pytest.param("postgres", marks=pytest.mark.postgres),
     # PostgreSQL writing through SQLAlchemy as SQLite does, instead of memoria_write().
     pytest.param("postgres-plain", marks=pytest.mark.postgres),
+    # The read cache is a decorator of any store: it keeps the same contract.
+    "sqlite-cached",
+    pytest.param("postgres-cached", marks=pytest.mark.postgres),
 ]
 SQL_KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> MemoryStore:
+    if kind.endswith("-cached"):
+        inner = make_store(kind.removesuffix("-cached"), request, tmp_path)
+        assert isinstance(inner, SqlMemoryStore)
+        cache = CachedMemoryStore(inner, max_entries=1000, ttl_seconds=60.0)
+        inner.db.on_memory_change(cache.invalidate)  # as the server wires it
+        return cache
     if kind == "memory":
         return InMemoryMemoryStore()
     if kind == "sqlite":

@@ -38,7 +38,7 @@ class InMemoryMemoryStore:
         self.applies = 0
         self._lock = threading.Lock()
 
-    def read(self, tenant_id: str, principal_id: str, *, fresh: bool = False) -> PrincipalMemory:
+    def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
         with self._lock:
             self.reads += 1
             key = (tenant_id, principal_id)
@@ -64,6 +64,12 @@ class InMemoryMemoryStore:
                 self.settings[key] = change.settings
             self.append(tenant_id, change.event)
             return True
+
+    def confirm(self, tenant_id: str, principal_id: str, memory: PrincipalMemory) -> bool:
+        now = self.read(tenant_id, principal_id)
+        etag = now.block.etag if now.block is not None else ""
+        then = memory.block.etag if memory.block is not None else ""
+        return (etag, now.memory_enabled) == (then, memory.memory_enabled)
 
     def list_audit(self, tenant_id: str, query: AuditQuery) -> list[AuditEvent]:
         with self._lock:

@@ -311,31 +311,27 @@ class MemoryBlocks:
     def _write(
         self, who: Identity, decide: Callable[[PrincipalMemory], tuple[Change | None, R]]
     ) -> R:
-        """Read, decide, apply if nothing changed in between; else decide again on fresh state.
-
-        Only a write that the store applied rests on the first (possibly cached) read: a
-        refusal or a no-op is confirmed on the store's own state before it is answered, and a
-        lost race is decided again. Each lost race means another writer succeeded, so the
-        loop ends; its bound only turns a pathological pile-up into a clear error.
+        """Read, decide, and answer only a decision whose state still holds: a change is
+        applied while it holds (`apply`), a refusal or a no-op is answered once the store
+        confirms it (`confirm`); otherwise decide again on what the store now holds. Each
+        lost race means another writer succeeded, so the loop ends; its bound only turns a
+        pathological pile-up into a clear error.
         """
-        fresh = False
+        tenant, principal = who.tenant_id, who.principal_id
         for _ in range(MAX_WRITE_ATTEMPTS):
-            memory = self._store.read(who.tenant_id, who.principal_id, fresh=fresh)
+            memory = self._store.read(tenant, principal)
             try:
                 change, result = decide(memory)
             except MemoriaError:
-                if fresh:
+                if self._store.confirm(tenant, principal, memory):
                     raise
-                fresh = True
                 continue
             if change is None:
-                if fresh:
+                if self._store.confirm(tenant, principal, memory):
                     return result
-                fresh = True
                 continue
-            if self._store.apply(who.tenant_id, change):
+            if self._store.apply(tenant, change):
                 return result
-            fresh = True
         raise MemoriaError(
             ErrorReason.WRITE_CONFLICT,
             "the memory changed while this write was being applied, too often in a row; "

@@ -42,13 +42,20 @@ class MemoryStore(Protocol):
     to one round trip on PostgreSQL and keeps the rules out of the store.
     """
 
-    def read(self, tenant_id: str, principal_id: str, *, fresh: bool = False) -> PrincipalMemory:
+    def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
         """The principal's block and settings, read together in one consistent snapshot.
 
-        This is the render path's read, on every turn: adapters make it as cheap as they can
-        (a cache may answer it). `fresh=True` asks the store itself, for decisions that must
-        not rest on a cached copy.
+        This is the render path's read, on every turn: adapters make it as cheap as they can.
+        It may lag a write committed by another server by the moment that server takes to
+        tell this one (a cache, server/storage/cache.py), never a write made through this
+        store; so a write decides on it and `apply` or `confirm` checks the decision.
         """
+        ...
+
+    def confirm(self, tenant_id: str, principal_id: str, memory: PrincipalMemory) -> bool:
+        """True if the principal's block etag and memory setting are still `memory`'s, asked
+        of the store itself: a decision that changes nothing (a refusal, a no-op) is answered
+        only once confirmed, as a change is only applied while its state holds."""
         ...
 
     def apply(self, tenant_id: str, change: Change) -> bool:

@@ -77,8 +77,9 @@ class CachedMemoryStore:
     Every write names the principal it changes; that principal is invalidated once the write
     has ended. A read that overlaps an invalidation of its principal is not cached (`Races`),
     so a slow read can never store a value older than a write it raced with, while reads and
-    writes of other principals never stop each other from being cached. `fresh` reads bypass
-    the cache (writes decide on them when it matters).
+    writes of other principals never stop each other from being cached. A write that finds
+    its cached copy stale (a lost `apply`, a failed `confirm`) forgets it. The domain does not
+    know the cache is there: it decides on `read` and checks with `apply` and `confirm`.
     """
 
     def __init__(
@@ -104,10 +105,10 @@ class CachedMemoryStore:
     def enabled(self) -> bool:
         return self._enabled
 
-    def read(self, tenant_id: str, principal_id: str, *, fresh: bool = False) -> PrincipalMemory:
+    def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
         key = (tenant_id, principal_id)
         with self._lock:
-            if self._enabled and not fresh:
+            if self._enabled:
                 hit = self._cache.get(key)
                 if hit is not None:
                     return hit
@@ -142,6 +143,13 @@ class CachedMemoryStore:
                 else:
                     self._forget(key)
         return applied
+
+    def confirm(self, tenant_id: str, principal_id: str, memory: PrincipalMemory) -> bool:
+        """Asks the store; a copy found stale is forgotten, so the next read loads anew."""
+        confirmed = self._inner.confirm(tenant_id, principal_id, memory)
+        if not confirmed:
+            self.invalidate(tenant_id, principal_id)
+        return confirmed
 
     def list_audit(self, tenant_id: str, query: AuditQuery) -> list[AuditEvent]:
         return self._inner.list_audit(tenant_id, query)

@@ -151,8 +151,12 @@ class SqlMemoryStore:
         self.db = db
         self._fast = fast_writes and db.autocommit_engine is not None
 
-    def read(self, tenant_id: str, principal_id: str, *, fresh: bool = False) -> PrincipalMemory:
-        """See `MemoryStore.read` (this store is always fresh)."""
+    def confirm(self, tenant_id: str, principal_id: str, memory: PrincipalMemory) -> bool:
+        """See `MemoryStore.confirm` (this store's reads are its own state)."""
+        return _same_state(self.read(tenant_id, principal_id), memory)
+
+    def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
+        """See `MemoryStore.read` (never lags: it reads the database)."""
         if self.db.autocommit_engine is None:
             with self.transaction(tenant_id) as tx:
                 return tx.load(principal_id)
@@ -314,6 +318,13 @@ class MemoryRows:
             stmt = stmt.where(a.c.event_id < query.before_event_id)
         stmt = stmt.order_by(a.c.event_id.desc()).limit(query.limit)
         return [_audit_event(row) for row in self._conn.execute(stmt)]
+
+
+def _same_state(now: PrincipalMemory, then: PrincipalMemory) -> bool:
+    """The block etag and memory setting that a write is decided on are the same."""
+    etag = now.block.etag if now.block is not None else ""
+    then_etag = then.block.etag if then.block is not None else ""
+    return (etag, now.memory_enabled) == (then_etag, then.memory_enabled)
 
 
 def _principal_memory(row: tuple[Any, ...]) -> PrincipalMemory:

@@ -158,6 +158,7 @@ class MeteredMemoryStore:
     def __init__(self, store: MemoryStore, meter: metrics.Meter):
         self._store = store
         self.read: Callable[..., PrincipalMemory] = store.read
+        self.confirm: Callable[..., bool] = store.confirm
         self._sizes = meter.create_histogram(
             "memoria.block.size",
             unit="{char}",

@@ -111,7 +111,7 @@ def listeners_value(database: PgDatabase) -> int:
 
 
 def write(replica: Replica, tenant: str, text: str, principal: str = "ana") -> None:
-    current = replica.cache.read(tenant, principal, fresh=True)
+    current = replica.store.read(tenant, principal)  # the database, not the cached copy
     event = NewAuditEvent(principal, AuditAction.BLOCK_REWRITTEN, Writer.USER, NOW)
     change = Change(principal, current, event, block=StoredBlock(text, text, NOW))
     assert replica.cache.apply(tenant, change)

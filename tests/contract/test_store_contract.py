@@ -39,7 +39,7 @@ def change(
     **extra: object,
 ) -> bool:
     """Apply a change decided on the principal's current state."""
-    current = store.read(tenant, principal, fresh=True)
+    current = store.read(tenant, principal)
     return store.apply(
         tenant,
         Change(
@@ -60,7 +60,7 @@ def test_absent_principal_reads_empty(store: MemoryStore, tenant: str) -> None:
 def test_block_round_trip_keeps_text_and_utc_time(store: MemoryStore, tenant: str) -> None:
     text = "Name: Zoë\n\U0001f600 emoji\n\ttab"
     assert change(store, tenant, "ana", block=StoredBlock(text, "e1", T0))
-    block = store.read(tenant, "ana", fresh=True).block
+    block = store.read(tenant, "ana").block
     assert block == StoredBlock(text, "e1", T0)
     assert block.update_time.utcoffset() == timedelta(0)
 
@@ -249,3 +249,16 @@ def test_parallel_etag_writes_from_one_etag_let_exactly_one_succeed(
     assert outcomes.count("ok") == 1
     assert outcomes.count("conflict") == 9
     assert len(store.list_audit(tenant, AuditQuery(principal_id="ana"))) == 2
+
+
+def test_confirm_holds_until_the_state_changes(store: MemoryStore, tenant: str) -> None:
+    before = store.read(tenant, "ana")
+    assert store.confirm(tenant, "ana", before)
+    assert change(store, tenant, "ana", block=StoredBlock("one", "e1", T0))
+    assert not store.confirm(tenant, "ana", before)
+    after = store.read(tenant, "ana")
+    assert after.block is not None and after.block.text == "one"
+    assert store.confirm(tenant, "ana", after)
+    off = StoredSettings(memory_enabled=False, update_time=T0)
+    assert change(store, tenant, "ana", event("ana", AuditAction.SETTINGS_UPDATED), settings=off)
+    assert not store.confirm(tenant, "ana", after)

@@ -189,7 +189,7 @@ def test_erase_removes_everything_but_counts(
     )
     assert (erased.removed_line_count, erased.deleted_turn_count) == (2, 2)
     assert purged == ["x"]
-    memory = sql_store.read(tenant, "ana", fresh=True)
+    memory = sql_store.read(tenant, "ana")
     assert memory.block is None and memory.settings is None
     with turns.claim(1000, LATER) as batch:
         keys = [t.key for t in batch.turns]
@@ -211,7 +211,7 @@ def test_erase_whose_purge_fails_erases_nothing(
 
     with pytest.raises(ConnectionError):
         turns.erase_principal(tenant, "ana", event("ana", AuditAction.PRINCIPAL_DATA_ERASED), fail)
-    assert sql_store.read(tenant, "ana", fresh=True).block is not None
+    assert sql_store.read(tenant, "ana").block is not None
     assert sql_store.list_audit(tenant, AuditQuery(principal_id="ana")) == []
     with turns.claim(1, LATER, only=key(tenant)) as batch:
         assert len(batch.turns) == 1

@@ -40,7 +40,7 @@ def cached(inner: InMemoryMemoryStore, **extra: object) -> CachedMemoryStore:
 
 
 def write(store: CachedMemoryStore, text: str, principal: str = "ana") -> bool:
-    current = store.read("t", principal, fresh=True)
+    current = store.read("t", principal)
     event = NewAuditEvent(principal, AuditAction.BLOCK_REWRITTEN, Writer.USER, NOW)
     change = Change(principal, current, event, block=StoredBlock(text, text, NOW))
     return store.apply("t", change)
@@ -62,13 +62,19 @@ def test_second_read_is_served_from_memory(inner: InMemoryMemoryStore) -> None:
     assert inner.reads == before + 1
 
 
-def test_fresh_reads_bypass_the_cache(inner: InMemoryMemoryStore) -> None:
+def test_a_confirm_asks_the_store_and_a_failed_one_forgets_the_copy(
+    inner: InMemoryMemoryStore,
+) -> None:
     store = cached(inner)
     write(store, "one")
-    text_of(store)
+    copy = store.read("t", "ana")
+    assert store.confirm("t", "ana", copy)
+    write(inner, "changed elsewhere")  # another server's write: this cache has not heard
+    assert text_of(store) == "one"  # the stale copy
     before = inner.reads
-    store.read("t", "ana", fresh=True)
-    assert inner.reads == before + 1
+    assert not store.confirm("t", "ana", copy)
+    assert text_of(store) == "changed elsewhere"
+    assert inner.reads == before + 2  # the confirm, then the read that reloaded
 
 
 def test_a_write_is_read_back_at_once(inner: InMemoryMemoryStore) -> None:

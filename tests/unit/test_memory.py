@@ -273,17 +273,17 @@ def test_the_model_may_turn_memory_off_but_never_back_on(
 
 
 class StaleFirstRead(InMemoryMemoryStore):
-    """Answers the first non-fresh read with a snapshot taken earlier, like a stale cache."""
+    """Answers the next read with a snapshot taken earlier, like a stale cache copy."""
 
     def __init__(self) -> None:
         super().__init__()
         self.stale: PrincipalMemory | None = None
 
-    def read(self, tenant_id: str, principal_id: str, *, fresh: bool = False) -> PrincipalMemory:
-        if not fresh and self.stale is not None:
+    def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
+        if self.stale is not None:
             stale, self.stale = self.stale, None
             return stale
-        return super().read(tenant_id, principal_id, fresh=fresh)
+        return super().read(tenant_id, principal_id)
 
 
 def test_a_write_decided_on_stale_state_is_decided_again() -> None:
