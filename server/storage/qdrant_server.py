@@ -62,9 +62,10 @@ What the real server (1.18.3, tests/qdrant_server.py) showed beyond local mode:
   backoff (up to 120 s by default): capped here (RECONNECT_BACKOFF_MS).
 - With `m=0` and no principal links, a principal above the full-scan threshold got no hits
   at all from a graph search (its segment had no links for it); with its links, the same
-  turns as an exact search. Loading 100,000 chunks took the optimizer 17 s after the last
-  upsert with this configuration, against more than 10 minutes with the server's default
-  (a global graph plus per-value links of every indexed field), on this 2-core machine.
+  turns as an exact search. After 100,000 chunks were written (two optimizer threads, 2
+  cores), the optimizer was idle 15-17 s after the last upsert with this configuration,
+  465 s with the server's default (a global graph plus per-value links of large blocks of
+  every indexed field); at 1,000,000 chunks, 42 s (bench/README.md, "Cost as data grows").
 - On a three-node cluster with replication factor 2, writes with `wait=True` and searches
   through a surviving node kept succeeding while another node was down, and the node caught
   up after its restart (tests/api/test_qdrant_cluster.py).
