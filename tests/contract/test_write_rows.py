@@ -41,13 +41,13 @@ def _every_field_set(principal: str) -> NewAuditEvent:
         elif f.type == "datetime":
             values[f.name] = T0
         elif f.type == "tuple[str, ...]":
-            values[f.name] = (f"{f.name} ✓", "second line")
+            values[f.name] = (f'{f.name} ✓ "quoted", (x) \\ y', "second line")
         elif f.type == "int":
             values[f.name] = 7 + len(values)
         elif f.type == "bool | None":
             values[f.name] = False
         elif f.type == "str":
-            values[f.name] = f"{f.name}-value"
+            values[f.name] = f'{f.name}-value "q", (p) \\'  # what a row literal must quote
         else:
             raise AssertionError(f"no test value for {f.name}: {f.type}")
     event = NewAuditEvent(**values)  # type: ignore[arg-type]
