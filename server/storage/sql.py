@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg.errors
 from sqlalchemy import (
     Connection,
     Row,
@@ -205,9 +206,15 @@ class SqlMemoryStore:
         rows = write_rows(tenant_id, change)
         expected = (change.expected_etag, change.expected_enabled)
         if self._fast:
-            arguments = rows.as_pg_arguments(self._columns or self._load_columns())
-            params = (tenant_id, change.principal_id, *expected, *arguments, self.db.origin)
-            return bool(self.db.call(_WRITE_PG, params)[0])
+            head = (tenant_id, change.principal_id, *expected)
+            try:
+                arguments = rows.as_pg_arguments(self._columns or self._load_columns())
+                return bool(self.db.call(_WRITE_PG, (*head, *arguments, self.db.origin))[0])
+            except psycopg.errors.InvalidTextRepresentation:
+                # "malformed record literal": a migration changed a table's columns while this
+                # server ran (a rolling upgrade); nothing was written. Read them again, once.
+                arguments = rows.as_pg_arguments(self._load_columns())
+                return bool(self.db.call(_WRITE_PG, (*head, *arguments, self.db.origin))[0])
         with self.transaction(tenant_id, lock_principal=change.principal_id) as tx:
             memory = tx.load(change.principal_id)
             etag = memory.block.etag if memory.block is not None else ""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 
+import pytest
+
 from server.domain.model import (
     AuditAction,
     AuditQuery,
@@ -22,8 +24,11 @@ from server.domain.model import (
     Writer,
 )
 from server.domain.ports import MemoryStore
-from server.storage.sql import write_rows
+from server.storage.database import SqlDatabase
+from server.storage.engine import create_store_engine
+from server.storage.sql import SqlMemoryStore, write_rows
 from server.storage.tables import audit_events, memory_blocks, memory_settings
+from tests.conftest import PgDatabase
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -93,3 +98,30 @@ def test_the_rows_name_exactly_the_tables_columns() -> None:
     assert set(rows.block) == {c.name for c in memory_blocks.columns}
     assert set(rows.settings) == {c.name for c in memory_settings.columns}
     assert set(rows.event) == {c.name for c in audit_events.columns} - {"event_id"}
+
+
+@pytest.mark.postgres
+def test_a_write_survives_a_column_added_while_the_server_runs(
+    postgres: PgDatabase, tenant: str
+) -> None:
+    """The fast path's row literals follow the table's columns as the database has them: a
+    server that read them before a migration added one reads them again and writes."""
+    store = SqlMemoryStore(SqlDatabase(create_store_engine(postgres.app_url, pool_size=1)))
+    try:
+        first = NewAuditEvent("ana", AuditAction.BLOCK_REWRITTEN, Writer.USER, T0)
+        block = StoredBlock("one", "e1", T0)
+        assert store.apply(tenant, Change("ana", store.read(tenant, "ana"), first, block=block))
+        columns = store._columns
+        assert columns is not None
+        # As if the server had read them before `audit_events` gained its last column.
+        store._columns = {**columns, "audit_events": columns["audit_events"][:-1]}
+        second = NewAuditEvent("ana", AuditAction.BLOCK_REWRITTEN, Writer.USER, T0)
+        two = StoredBlock("two", "e2", T0)
+        assert store.apply(tenant, Change("ana", store.read(tenant, "ana"), second, block=two))
+        assert store._columns == columns
+        assert [e.action for e in store.list_audit(tenant, AuditQuery("ana"))] == [
+            AuditAction.BLOCK_REWRITTEN,
+            AuditAction.BLOCK_REWRITTEN,
+        ]
+    finally:
+        store.db.dispose()
