@@ -34,6 +34,7 @@ from server.storage.cache import CachedMemoryStore
 from server.storage.database import SqlDatabase
 from server.storage.engine import create_store_engine, sqlite_url
 from server.storage.sql import SqlMemoryStore
+from tests.embedding_endpoint import EmbeddingEndpoint, embedding_endpoint
 from tests.fakes import InMemoryMemoryStore
 from tests.postgres_server import OwnPostgres, free_port, pg_urls
 from tests.qdrant_server import QdrantEndpoint, suite_qdrant
@@ -239,3 +240,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if REQUIRE_QDRANT and _qdrant_passed == 0:
         print("\nFAILED: MEMORIA_REQUIRE_QDRANT=1 but no Qdrant server test passed")
         session.exitstatus = 1
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[EmbeddingEndpoint]:
+    """A real OpenAI-compatible embeddings server answering the local model's vectors
+    (tests/embedding_endpoint.py), one per test module, reset before each test."""
+    from tests.api.conftest import shared_embedder
+
+    with embedding_endpoint(shared_embedder()) as running:
+        yield running
+
+
+@pytest.fixture
+def _fresh_endpoint(endpoint: EmbeddingEndpoint) -> None:
+    endpoint.faults.clear()
+    endpoint.failing = None
+    endpoint.requests.clear()

@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MEMORIA = ROOT / ".venv" / "bin" / "memoria"
+"""The `memoria` command of the development venv."""
+
+
+def clean_env(**settings: str) -> dict[str, str]:
+    """This environment without MEMORIA_* settings, plus `settings`: only what a test gives
+    counts."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORIA_")}
+    env.update(settings)
+    return env
+
+
+def failed_in_one_line(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, str]:
+    """Run `memoria *args`, which must exit 1 without a traceback; its last stderr line (the
+    error, after the JSON log) and its whole stderr."""
+    done = subprocess.run(
+        [str(MEMORIA), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stderr.strip().splitlines()[-1], done.stderr
 
 
 def wait_for_port(

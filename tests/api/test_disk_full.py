@@ -43,10 +43,8 @@ from server.storage.sql import SqlMemoryStore
 from tests.api.conftest import error_info
 from tests.conftest import APP_ROLE
 from tests.postgres_server import OwnPostgres, free_port
-from tests.processes import wait_for_port
+from tests.processes import MEMORIA, clean_env, wait_for_port
 
-ROOT = Path(__file__).resolve().parents[2]
-MEMORIA = ROOT / ".venv" / "bin" / "memoria"
 MiB = 1 << 20
 DISK = 64 * MiB
 WATERMARK = 16 * MiB
@@ -95,13 +93,11 @@ def _fill(path: Path, leave: int) -> Path:
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORIA_")}
-    env.update(
+    return clean_env(
         MEMORIA_DISK_MIN_FREE_BYTES=str(WATERMARK),
         MEMORIA_DISK_MIN_FREE_PERCENT="0",
         MEMORIA_SHUTDOWN_GRACE_SECONDS="1",
     )
-    return env
 
 
 def _command(data_dir: Path) -> list[str]:

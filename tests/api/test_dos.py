@@ -35,9 +35,8 @@ import pytest
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
+from tests.processes import MEMORIA
 
-ROOT = Path(__file__).resolve().parents[2]
-MEMORIA = ROOT / ".venv" / "bin" / "memoria"
 START_TIMEOUT_S = 60.0
 WHO = [("x-memoria-tenant", "t-dos"), ("x-memoria-principal", "victim")]
 

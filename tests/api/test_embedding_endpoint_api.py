@@ -10,9 +10,7 @@ model's vectors, so semantic search over them means what it means in production.
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,25 +26,13 @@ from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
 from server.app import build_embedder, start
 from server.config import Settings
 from tests.api.conftest import expect_error, shared_embedder, start_server
-from tests.embedding_endpoint import SECRET_BODY, EmbeddingEndpoint, Fault, embedding_endpoint
+from tests.embedding_endpoint import SECRET_BODY, EmbeddingEndpoint, Fault
+from tests.processes import clean_env, failed_in_one_line
 
-ROOT = Path(__file__).resolve().parents[2]
-MEMORIA = ROOT / ".venv" / "bin" / "memoria"
+pytestmark = pytest.mark.usefixtures("_fresh_endpoint")
+
 WHEN = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
-
-
-@pytest.fixture(scope="module")
-def endpoint() -> Iterator[EmbeddingEndpoint]:
-    with embedding_endpoint(shared_embedder()) as running:
-        yield running
-
-
-@pytest.fixture(autouse=True)
-def _fresh(endpoint: EmbeddingEndpoint) -> None:
-    endpoint.faults.clear()
-    endpoint.failing = None
-    endpoint.requests.clear()
 
 
 def settings_for(endpoint: EmbeddingEndpoint, data_dir: Path, **extra: object) -> Settings:
@@ -214,37 +200,25 @@ def test_a_chunk_index_of_another_model_is_refused_at_start(
     assert recorded_model(data_dir) == before  # nothing was rewritten
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORIA_")}
-    env.update(extra)
-    return env
-
-
 def test_serve_exits_in_one_line_when_the_endpoint_cannot_be_used(tmp_path: Path) -> None:
     with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"
-    done = subprocess.run(
-        [str(MEMORIA), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")],
-        cwd=tmp_path,
-        env=_env(
+    last, stderr = failed_in_one_line(
+        ["serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")],
+        tmp_path,
+        clean_env(
             MEMORIA_EMBEDDING_URL=url,
             MEMORIA_EMBEDDING_MODEL="m",
             MEMORIA_EMBEDDING_API_KEY="sk-never-in-the-log",
             MEMORIA_EMBEDDING_MAX_RETRIES="0",
         ),
-        capture_output=True,
-        text=True,
-        timeout=60,
     )
-    assert done.returncode == 1
-    assert "Traceback" not in done.stderr
-    last = done.stderr.strip().splitlines()[-1]
     assert last == (
         f"memoria: cannot use the embeddings endpoint at {url}: cannot connect (ConnectError)"
     )
-    assert "sk-never-in-the-log" not in done.stderr
+    assert "sk-never-in-the-log" not in stderr
 
 
 def test_a_key_file_that_cannot_be_read_is_one_line(

@@ -9,7 +9,6 @@ service to watchers while draining, and the explicit message size limit.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import time
@@ -32,10 +31,8 @@ from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
 from server.storage.qdrant_edge import QdrantEdgeChunkIndex
 from tests.api.conftest import shared_embedder
 from tests.conftest import SQL_KINDS, PgDatabase
-from tests.processes import wait_for_port
+from tests.processes import MEMORIA, clean_env, wait_for_port
 
-ROOT = Path(__file__).resolve().parents[2]
-MEMORIA = ROOT / ".venv" / "bin" / "memoria"
 START_TIMEOUT_S = 30.0
 GRACE_S = 2
 EXIT_TIMEOUT_S = GRACE_S + 15.0
@@ -84,10 +81,10 @@ class Launch(Protocol):
 
 def _env() -> dict[str, str]:
     """This environment without MEMORIA_* settings, plus a short shutdown grace."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORIA_")}
-    env["MEMORIA_SHUTDOWN_GRACE_SECONDS"] = str(GRACE_S)
-    env["MEMORIA_PAGE_TOKEN_SECRET"] = "lifecycle-test-secret-0123456789"
-    return env
+    return clean_env(
+        MEMORIA_SHUTDOWN_GRACE_SECONDS=str(GRACE_S),
+        MEMORIA_PAGE_TOKEN_SECRET="lifecycle-test-secret-0123456789",
+    )
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ Every process started here is stopped by its fixture or by the SDK's client on e
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 import uuid
@@ -35,19 +34,13 @@ from memoria_client import MemoriaTurnAdapter
 from memoria_client.mcp_server import PROMPT_SECTION_URI, _StdioTurns
 from memoria_client.tool_files import load_source
 from tests.api.conftest import Api, server_settings, serving
-from tests.processes import wait_for_port
+from tests.processes import MEMORIA, clean_env, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
-MEMORIA = ROOT / ".venv" / "bin" / "memoria"
 SECRET = "mcp-test-hs256-secret-0123456789abcdef"
 AUDIENCE = "memoria"
 START_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 60.0
-
-
-def _env() -> dict[str, str]:
-    """This environment without MEMORIA_* settings, so only the flags given count."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("MEMORIA_")}
 
 
 def _run(main: Callable[[], Awaitable[None]]) -> None:
@@ -193,7 +186,7 @@ def test_stdio_without_an_identity_exits_with_one_line(tmp_path: Path) -> None:
     done = subprocess.run(
         [str(MEMORIA), "mcp", "--target", "127.0.0.1:1", "--tenant", "acme"],
         cwd=tmp_path,
-        env=_env(),
+        env=clean_env(),
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
@@ -269,7 +262,7 @@ def mcp_http(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[McpHttp
                     f"127.0.0.1:{api.running.port}",
                 ],
                 cwd=tmp_path,
-                env=_env(),
+                env=clean_env(),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

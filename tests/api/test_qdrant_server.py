@@ -11,7 +11,6 @@ backlog is indexed and every turn is found exactly once. Every wait is a bounded
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,9 +26,9 @@ from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as block_service_pb
 from server.health import AUDIT_SERVICE, MEMORY_BLOCK_SERVICE, SEARCH_SERVICE
 from tests.api.conftest import Api, expect_error, server_settings, serving
-from tests.api.test_lifecycle import MEMORIA, _env
 from tests.conftest import REQUIRE_QDRANT
 from tests.postgres_server import free_port
+from tests.processes import clean_env, failed_in_one_line
 from tests.qdrant_server import QdrantEndpoint, QdrantProcess, qdrant_binary, scratch_dir
 
 pytestmark = pytest.mark.qdrant
@@ -218,20 +217,14 @@ def test_rest_only_mode_indexes_and_searches(
 def test_an_unreachable_qdrant_at_start_is_one_line_and_a_failed_exit(tmp_path: Path) -> None:
     """The real `memoria serve` process, pointed at a port nothing listens on."""
     port = free_port()
-    done = subprocess.run(
+    last, _ = failed_in_one_line(
         [
-            *(str(MEMORIA), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")),
+            *("serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")),
             *("--qdrant-url", f"http://127.0.0.1:{port}", "--qdrant-grpc-port", str(port)),
         ],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
+        tmp_path,
+        clean_env(),
     )
-    assert done.returncode == 1
-    assert "Traceback" not in done.stderr
-    last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(
         f"memoria: cannot reach the Qdrant server at http://127.0.0.1:{port} (gRPC port {port}): "
     )

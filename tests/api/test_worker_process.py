@@ -21,9 +21,9 @@ from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
 from server.storage.qdrant_server import QdrantServerChunkIndex
 from tests.api.conftest import shared_embedder
-from tests.api.test_lifecycle import MEMORIA, START_TIMEOUT_S, _env
+from tests.api.test_lifecycle import START_TIMEOUT_S, _env
 from tests.conftest import PgDatabase
-from tests.processes import wait_for_port
+from tests.processes import MEMORIA, wait_for_port
 from tests.qdrant_server import QdrantEndpoint
 
 pytestmark = [pytest.mark.postgres, pytest.mark.qdrant]

@@ -29,9 +29,9 @@ from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
-from tests.api.test_lifecycle import MEMORIA, START_TIMEOUT_S, _env
+from tests.api.test_lifecycle import START_TIMEOUT_S, _env
 from tests.conftest import PgDatabase
-from tests.processes import wait_for_port
+from tests.processes import MEMORIA, wait_for_port
 from tests.qdrant_server import QdrantEndpoint
 
 GRACE_S = 2

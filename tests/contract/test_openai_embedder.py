@@ -20,22 +20,11 @@ from server.storage.openai_embedding import (
     OpenAiEmbedder,
 )
 from tests.api.conftest import shared_embedder
-from tests.embedding_endpoint import SECRET_BODY, EmbeddingEndpoint, Fault, embedding_endpoint
+from tests.embedding_endpoint import SECRET_BODY, EmbeddingEndpoint, Fault
+
+pytestmark = pytest.mark.usefixtures("_fresh_endpoint")
 
 MODEL = "test-minilm"
-
-
-@pytest.fixture(scope="module")
-def endpoint() -> Iterator[EmbeddingEndpoint]:
-    with embedding_endpoint(shared_embedder()) as running:
-        yield running
-
-
-@pytest.fixture(autouse=True)
-def _fresh(endpoint: EmbeddingEndpoint) -> None:
-    endpoint.faults.clear()
-    endpoint.failing = None
-    endpoint.requests.clear()
 
 
 def config(endpoint: EmbeddingEndpoint, **changes: object) -> EndpointConfig:
