@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,8 +55,6 @@ from server.domain.model import (
 )
 from server.storage.database import SqlDatabase, SqlTransaction, as_utc
 from server.storage.tables import audit_events, memory_blocks, memory_settings
-
-log = logging.getLogger(__name__)
 
 _READ_PRINCIPAL_PG = "SELECT * FROM memoria_read_principal(%s, %s)"
 _WRITE_PG = "SELECT memoria_write(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
