@@ -21,7 +21,7 @@ import hashlib
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
 import Stemmer
@@ -39,13 +39,30 @@ AVERAGE_TERMS = 256.0
 """Assumed average chunk length in terms, for length normalization. Fixed (not measured on
 the corpus) so that an indexed chunk never needs re-encoding; Qdrant's own BM25 uses 256."""
 
-KEYWORD_VERSION = 2
+KEYWORD_VERSION = 3
 """The keyword representation of a chunk that the index holds (recorded with each point).
 
 1: the chunk's text alone. 2: the turn's date as words ("8 May 2023", see
-`keyword_document`), then the text. Chunks of an older version keep being searched as they
-are while the index worker encodes them again from their stored text and time
-(server/domain/reindex.py)."""
+`keyword_document`), then the text. 3: version 2 plus its neighbours in the conversation at
+CONTEXT_WEIGHT (`encode_in_context`, server/domain/context.py). Chunks of an older version
+keep being searched as they are while the index worker encodes them again from what the
+index stores (server/domain/reindex.py)."""
+
+CONTEXT_FREE_VERSION = 2
+"""The representation a chunk is first written in, its own words only: the index worker then
+encodes it and its neighbours with their context (server/domain/context.py), read back from
+the index. A chunk left at this version (a crash in between) is moved on by the reindexer."""
+
+CONTEXT_WEIGHT = 0.5
+"""How much a neighbouring chunk's terms count in a chunk's keyword vector, against its own.
+
+A turn's words often say only half of what it is about: "yes, last Tuesday, with Mel" answers
+a question asked in the turn before, and a question about it names what that turn named.
+So the keyword side of a chunk also holds the terms of the chunk just before and just after
+it in its conversation, at a lower weight so that a turn's own words still rank it first.
+Measured on real conversations (LoCoMo, bench/search_levers.py, chosen by leave-one-out): see
+the figures in docs/decisions.md. Only the keyword side gets context: the semantic model lost
+precision with it (a neighbour's text blurs the embedding of a short turn)."""
 
 _CONNECTORS = "-_./:@#+"
 _CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
@@ -113,6 +130,21 @@ class KeywordEncoder:
             indices=tuple(i for i, _ in items),
             values=tuple(tf * (BM25_K1 + 1) / (tf + norm) for _, tf in items),
         )
+
+    def encode_in_context(self, own: str, context: Sequence[str]) -> SparseVector:
+        """A chunk's keyword vector with context: the BM25 weights of `own` (its keyword
+        document) plus CONTEXT_WEIGHT times those of its neighbours' texts, encoded together
+        as one document, term by term. Without context it is `encode_document(own)`."""
+        vector = self.encode_document(own)
+        around = "\n\n".join(text for text in context if text)
+        if not around:
+            return vector
+        weights = dict(zip(vector.indices, vector.values, strict=True))
+        extra = self.encode_document(around)
+        for index, value in zip(extra.indices, extra.values, strict=True):
+            weights[index] = weights.get(index, 0.0) + CONTEXT_WEIGHT * value
+        items = sorted(weights.items())
+        return SparseVector(indices=tuple(i for i, _ in items), values=tuple(v for _, v in items))
 
     def encode_query(self, text: str) -> SparseVector:
         """Weight 1 per distinct query term; the engine multiplies in each term's IDF."""

@@ -161,6 +161,10 @@ class IndexedChunk:
     keyword_version: int = 1
     """Which keyword representation `sparse` encodes (server/domain/keywords.py,
     KEYWORD_VERSION); 1 is the chunk's text alone, as before versions were recorded."""
+    turn_order: int = 0
+    """Where the turn was accepted among its conversation's turns (the turn queue's row id:
+    increasing in the order turns arrive); orders turns of equal time (server/domain/context.py).
+    0 on chunks written before it was recorded."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,17 @@ class StoredChunk:
     chunk_index: int
     text: str
     turn_time: datetime
+
+
+@dataclass(frozen=True)
+class ChunkPlace:
+    """Where a stored chunk sits in its conversation: enough to order the conversation's
+    chunks without reading their text (server/domain/context.py)."""
+
+    turn_id: str
+    chunk_index: int
+    turn_time: datetime
+    turn_order: int
 
 
 @dataclass(frozen=True)

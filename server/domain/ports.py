@@ -11,6 +11,7 @@ from server.domain.model import (
     AuditEvent,
     AuditQuery,
     Change,
+    ChunkPlace,
     ClaimedTurn,
     ConversationPurge,
     EncodedQuery,
@@ -118,6 +119,14 @@ class ChunkIndex(Protocol):
 
     def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
         """Number of chunks stored for a principal, or for one of its conversations."""
+        ...
+
+    def conversation_places(
+        self, tenant_id: str, principal_id: str, conversation_id: str
+    ) -> Sequence[ChunkPlace]:
+        """Where every stored chunk of one conversation sits (turn, chunk index, time, order),
+        in no particular order and without the texts: what the keyword context needs to
+        find a chunk's neighbours (server/domain/context.py)."""
         ...
 
     def turn_chunks(

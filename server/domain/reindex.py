@@ -4,11 +4,12 @@ A change of what the keyword side indexes (server/domain/keywords.py) must not s
 chunks indexed before it: each point records the keyword representation it was encoded
 with, and the index worker encodes the older ones again from what the index itself holds
 (the chunk's text and its turn's time), a batch at a time whenever it has nothing else to
-do. No model runs (only the keyword vector changes), nothing is re-sent by callers, and
-searches keep being served throughout: a chunk is searched with its old keyword vector until
-its new one replaces it, and the dense side is untouched. Resumable by construction: a
-chunk's recorded version is the progress, so a restarted process continues where the last
-one stopped. `memoria reindex` runs the same steps to the end in the foreground, with
+do. Version 3 encodes each chunk with its neighbours in the conversation, also read from the
+index (server/domain/context.py). No model runs (only the keyword vector changes), nothing is
+re-sent by callers, and searches keep being served throughout: a chunk is searched with its
+old keyword vector until its new one replaces it, and the dense side is untouched. Resumable
+by construction: a chunk's recorded version is the progress, so a restarted process continues
+where the last one stopped. `memoria reindex` runs the same steps to the end in the foreground, with
 progress printed.
 """
 
@@ -17,7 +18,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder, keyword_document
+from server.domain.context import KeywordContext
+from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.ports import ChunkIndex
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ class KeywordReindexer:
 
     def __init__(self, index: ChunkIndex, keywords: KeywordEncoder) -> None:
         self._index = index
-        self._keywords = keywords
+        self._context = KeywordContext(index, keywords)
         self._done = 0
 
     def run_once(self, limit: int) -> int:
@@ -36,16 +38,7 @@ class KeywordReindexer:
         stale = self._index.stale_keyword_chunks(KEYWORD_VERSION, limit)
         if not stale:
             return 0
-        self._index.set_keyword_vectors(
-            [
-                (
-                    chunk,
-                    self._keywords.encode_document(keyword_document(chunk.text, chunk.turn_time)),
-                )
-                for chunk in stale
-            ],
-            KEYWORD_VERSION,
-        )
+        self._index.set_keyword_vectors(self._context.chunk_updates(stale), KEYWORD_VERSION)
         if self._done == 0:
             left = self._index.count_stale_keyword_chunks(KEYWORD_VERSION)
             log.info(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from server.domain.chunking import split_text, turn_text
+from server.domain.context import KeywordContext
 from server.domain.conversations import accept_turn, delete_conversation, erase_principal
 from server.domain.errors import (
     ConversationDeleted,
@@ -31,11 +32,17 @@ from server.domain.errors import (
     invalid,
 )
 from server.domain.ids import identity_value_problem
-from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder, keyword_document
+from server.domain.keywords import (
+    CONTEXT_FREE_VERSION,
+    KEYWORD_VERSION,
+    KeywordEncoder,
+    keyword_document,
+)
 from server.domain.model import (
     AcceptOutcome,
     AuditAction,
     ChunkHit,
+    ChunkPlace,
     ClaimedTurn,
     EncodedQuery,
     Erasure,
@@ -238,6 +245,12 @@ class OneSideIndex:
         """Passed through."""
         return self._index.turn_chunks(tenant_id, principal_id, turns)
 
+    def conversation_places(
+        self, tenant_id: str, principal_id: str, conversation_id: str
+    ) -> Sequence[ChunkPlace]:
+        """Passed through."""
+        return self._index.conversation_places(tenant_id, principal_id, conversation_id)
+
     def check(self) -> None:
         """Passed through."""
         self._index.check()
@@ -276,6 +289,7 @@ class Indexer:
         self._index = index
         self._embedder = embedder
         self._keywords = keywords
+        self._context = KeywordContext(index, keywords)
         self._clock = clock
         self._max_attempts = max_attempts
 
@@ -325,18 +339,25 @@ class Indexer:
             return 0
         indexed_turns = 0
         for turn, chunks in chunked:
+            # Written first with its own words only (searchable at once, and marked as such),
+            # then it and its neighbours are encoded with their context, read back from the
+            # index (server/domain/context.py). A failure in between leaves the turn queued.
             indexed = [
                 IndexedChunk(
                     chunk_index=i,
                     text=text,
                     dense=next(vectors),
                     sparse=self._keywords.encode_document(keyword_document(text, turn.turn_time)),
-                    keyword_version=KEYWORD_VERSION,
+                    keyword_version=CONTEXT_FREE_VERSION,
+                    turn_order=turn.row_id,
                 )
                 for i, text in enumerate(chunks)
             ]
             try:
                 self._index.upsert_turn(turn.key, turn.turn_time, indexed)
+                self._index.set_keyword_vectors(
+                    self._context.turn_updates(turn.key), KEYWORD_VERSION
+                )
             except Exception as error:
                 self._failed(batch, turn, error)
                 continue

@@ -15,7 +15,9 @@ Layout of the one collection (one for all tenants, DESIGN 4):
   (int, microseconds since the Unix epoch, UTC: exact, ordered and engine-neutral), text,
   turn_key (the turn's UUID as a string: one keyword to group by and to delete by), and
   keyword_version (int: the keyword representation of the sparse vector, KEYWORD_VERSION in
-  server/domain/keywords.py; absent on points written before it, which are version 1).
+  server/domain/keywords.py; absent on points written before it, which are version 1) and
+  turn_order (int: the order the turn was accepted in, which orders a conversation's turns
+  of equal time; absent on points written before it, read as 0).
   No booleans anywhere: the embedded engine's boolean filters silently never match.
 - Vectors: "dense", a MAX_SIM multivector of unit vectors compared by cosine (one vector per
   window of the chunk); "keyword", a sparse BM25 term-frequency vector with the engine's IDF
@@ -34,7 +36,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from server.domain.chunking import MAX_CHUNKS
-from server.domain.model import ChunkHit, IndexedChunk, SearchScope, StoredChunk, TurnKey
+from server.domain.model import (
+    ChunkHit,
+    ChunkPlace,
+    IndexedChunk,
+    SearchScope,
+    StoredChunk,
+    TurnKey,
+)
 
 DENSE_VECTOR = "dense"
 """Name of the semantic (multi)vector."""
@@ -51,6 +60,13 @@ CHUNK_INDEX = "chunk_index"
 TURN_TIME = "turn_time"
 TEXT = "text"
 KEYWORD_VERSION_FIELD = "keyword_version"
+TURN_ORDER = "turn_order"
+
+PLACE_FIELDS = (TURN_ID, CHUNK_INDEX, TURN_TIME, TURN_ORDER)
+"""The payload fields a conversation's order is read from (the text is left on the server)."""
+
+PLACES_PAGE = 1000
+"""Points per scroll page when a conversation's places are read."""
 
 SCHEMA_VERSION = 1
 """Version of the point layout above; recorded with the collection, checked on open."""
@@ -187,7 +203,18 @@ def chunk_payload(key: TurnKey, turn_time: datetime, chunk: IndexedChunk) -> dic
         TURN_TIME: to_epoch_micros(turn_time),
         TEXT: chunk.text,
         KEYWORD_VERSION_FIELD: chunk.keyword_version,
+        TURN_ORDER: chunk.turn_order,
     }
+
+
+def chunk_place(payload: Mapping[str, Any]) -> ChunkPlace:
+    """Where a stored point's chunk sits in its conversation (from the PLACE_FIELDS)."""
+    return ChunkPlace(
+        turn_id=str(payload[TURN_ID]),
+        chunk_index=int(payload[CHUNK_INDEX]),
+        turn_time=from_epoch_micros(int(payload[TURN_TIME])),
+        turn_order=int(payload.get(TURN_ORDER, 0)),
+    )
 
 
 def stored_chunk(payload: Mapping[str, Any]) -> StoredChunk:

@@ -70,6 +70,7 @@ from qdrant_edge import (
     MultiVectorComparator,
     MultiVectorConfig,
     PayloadSchemaType,
+    PayloadSelector,
     Point,
     PointVectors,
     Query,
@@ -84,6 +85,7 @@ from qdrant_edge import (
 from server.domain.errors import ErrorReason, MemoriaError, StorageFull
 from server.domain.model import (
     ChunkHit,
+    ChunkPlace,
     EncodedQuery,
     IndexedChunk,
     RetrievalResult,
@@ -98,6 +100,8 @@ from server.storage.chunk_index import (
     KEYWORD_VECTOR,
     KEYWORD_VERSION_FIELD,
     PAYLOAD_INDEXES,
+    PLACE_FIELDS,
+    PLACES_PAGE,
     ChunkIndexError,
     ChunkIndexLockedError,
     FilterSpec,
@@ -106,6 +110,7 @@ from server.storage.chunk_index import (
     check_chunks,
     chunk_hit,
     chunk_payload,
+    chunk_place,
     chunks_by_turn,
     first_per_turn,
     owner_filter,
@@ -472,6 +477,27 @@ class QdrantEdgeChunkIndex:
             return {}
         records = self._shard.retrieve(ids, True, False)
         return chunks_by_turn(tenant_id, principal_id, (dict(r.payload or {}) for r in records))
+
+    @_engine_errors()
+    def conversation_places(
+        self, tenant_id: str, principal_id: str, conversation_id: str
+    ) -> list[ChunkPlace]:
+        """The conversation's chunk places: a scroll of their PLACE_FIELDS, page by page."""
+        places: list[ChunkPlace] = []
+        offset: uuid.UUID | str | int | None = None
+        while True:
+            records, offset = self._shard.scroll(
+                ScrollRequest(
+                    offset=offset,
+                    limit=PLACES_PAGE,
+                    filter=_filter(owner_filter(tenant_id, principal_id, conversation_id)),
+                    with_payload=PayloadSelector.Include(list(PLACE_FIELDS)),
+                    with_vector=False,
+                )
+            )
+            places += (chunk_place(r.payload or {}) for r in records)
+            if offset is None:
+                return places
 
     @_engine_errors()
     def check(self) -> None:

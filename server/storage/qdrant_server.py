@@ -90,6 +90,7 @@ from qdrant_client.local.qdrant_local import QdrantLocal
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.model import (
     ChunkHit,
+    ChunkPlace,
     EncodedQuery,
     IndexedChunk,
     RetrievalResult,
@@ -104,6 +105,8 @@ from server.storage.chunk_index import (
     KEYWORD_VECTOR,
     KEYWORD_VERSION_FIELD,
     PAYLOAD_INDEXES,
+    PLACE_FIELDS,
+    PLACES_PAGE,
     PRINCIPAL_ID,
     TURN_KEY,
     ChunkIndexError,
@@ -113,6 +116,7 @@ from server.storage.chunk_index import (
     check_chunks,
     chunk_hit,
     chunk_payload,
+    chunk_place,
     chunks_by_turn,
     owner_filter,
     point_id,
@@ -499,6 +503,27 @@ class QdrantServerChunkIndex:
                 self._collection, ids=list(ids), with_payload=True, with_vectors=False
             )
         return chunks_by_turn(tenant_id, principal_id, (dict(r.payload or {}) for r in records))
+
+    def conversation_places(
+        self, tenant_id: str, principal_id: str, conversation_id: str
+    ) -> list[ChunkPlace]:
+        """The conversation's chunk places: a scroll of their PLACE_FIELDS, page by page."""
+        where = _filter(owner_filter(tenant_id, principal_id, conversation_id))
+        places: list[ChunkPlace] = []
+        offset: Any = None  # the client's next-page offset, handed back as it came
+        with self._lock, _unavailable_as_domain_error():
+            while True:
+                records, offset = self._client.scroll(
+                    self._collection,
+                    scroll_filter=where,
+                    limit=PLACES_PAGE,
+                    offset=offset,
+                    with_payload=list(PLACE_FIELDS),
+                    with_vectors=False,
+                )
+                places += (chunk_place(r.payload or {}) for r in records)
+                if offset is None:
+                    return places
 
     def check(self) -> None:
         """Return if the server answers and still has the collection, else raise (for the

@@ -19,6 +19,7 @@ from server.domain.model import (
     AuditEvent,
     AuditQuery,
     Change,
+    ChunkPlace,
     ConversationPurge,
     EncodedQuery,
     IndexedChunk,
@@ -89,6 +90,12 @@ class TracedChunkIndex:
     ) -> dict[tuple[str, str], tuple[str, ...]]:
         with self._span("turn_chunks"):
             return self._index.turn_chunks(tenant_id, principal_id, turns)
+
+    def conversation_places(
+        self, tenant_id: str, principal_id: str, conversation_id: str
+    ) -> Sequence[ChunkPlace]:
+        with self._span("conversation_places"):
+            return self._index.conversation_places(tenant_id, principal_id, conversation_id)
 
     def stale_keyword_chunks(self, version: int, limit: int) -> Sequence[StoredChunk]:
         with self._span("stale_keyword_chunks"):

@@ -23,7 +23,7 @@ import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from server.domain.model import (
 )
 from server.domain.ports import ChunkIndex
 from server.domain.reindex import KeywordReindexer
+from server.storage import qdrant_edge, qdrant_server
 from server.storage.chunk_index import (
     ChunkIndexError,
     ChunkIndexLockedError,
@@ -441,6 +442,51 @@ def test_the_reindexer_moves_every_chunk_to_the_current_representation(
     assert index.count_stale_keyword_chunks(KEYWORD_VERSION) == 0
     assert index.search(scope(), dated, 3).keyword[0].turn_id == "u3"
     assert KeywordReindexer(index, encoder).run_once(3) == 0  # resumable: nothing left
+
+
+def test_conversation_places_are_every_chunk_of_that_conversation_only(
+    index: ChunkIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for module in (qdrant_edge, qdrant_server):  # several scroll pages, on every engine
+        monkeypatch.setattr(module, "PLACES_PAGE", 2)
+    later = T0 + timedelta(minutes=5)
+    index.upsert_turn(key(turn="u1"), T0, [replace(chunk(0, "a"), turn_order=4)])
+    index.upsert_turn(
+        key(turn="u2"), later, [replace(chunk(i, "b"), turn_order=9) for i in range(3)]
+    )
+    index.upsert_turn(key(conv="c2", turn="u3"), T0, [chunk(0, "c")])
+    index.upsert_turn(key(principal="bob", turn="u4"), T0, [chunk(0, "d")])
+    places = sorted(index.conversation_places("t1", "ana", "c1"), key=lambda p: p.turn_id)
+    assert [(p.turn_id, p.chunk_index, p.turn_time, p.turn_order) for p in places] == [
+        ("u1", 0, T0, 4),
+        *sorted(("u2", i, later, 9) for i in range(3)),
+    ]
+    assert index.conversation_places("t1", "ana", "nothing") == []
+
+
+def test_the_reindexer_encodes_each_chunk_with_its_neighbours(index: ChunkIndex) -> None:
+    """Representation 3 from older chunks: a chunk's keyword vector also holds the words of
+    the chunks before and after it in its conversation (not another conversation's)."""
+    encoder = KeywordEncoder()
+    texts = ["we saw a heron", "it stood so still", "then an otter swam by", "lunch after"]
+    for n, text in enumerate(texts):
+        one = IndexedChunk(0, text, (E0,), encoder.encode_document(text), turn_order=n + 1)
+        index.upsert_turn(key(turn=f"u{n}"), T0, [one])
+    index.upsert_turn(
+        key(conv="c2", turn="x"), T0, [IndexedChunk(0, "otter", (E0,), doc_sparse("otter"))]
+    )
+    assert KeywordReindexer(index, encoder).run(10) == 5
+    assert index.count_stale_keyword_chunks(KEYWORD_VERSION) == 0
+
+    def found(words: str) -> list[tuple[str, str]]:
+        encoded = EncodedQuery(dense=E1, sparse=encoder.encode_query(words))
+        return [(h.conversation_id, h.turn_id) for h in index.search(scope(), encoded, 10).keyword]
+
+    # u2 by its own word first, then its neighbours u1 and u3 (by their position, either way).
+    hits = found("otter")
+    assert hits[0] in {("c1", "u2"), ("c2", "x")}
+    assert set(hits) == {("c1", "u1"), ("c1", "u2"), ("c1", "u3"), ("c2", "x")}
+    assert found("heron") == [("c1", "u0"), ("c1", "u1")]  # u0 has no turn before it
 
 
 def test_searches_run_while_a_writer_writes(index: ChunkIndex) -> None:

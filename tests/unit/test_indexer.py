@@ -19,7 +19,15 @@ from sqlalchemy import select
 
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
-from server.domain.model import EncodedQuery, IndexedChunk, NewTurn, SearchScope, TurnKey
+from server.domain.model import (
+    EncodedQuery,
+    IndexedChunk,
+    NewTurn,
+    SearchScope,
+    SparseVector,
+    StoredChunk,
+    TurnKey,
+)
 from server.domain.search import MAX_INDEX_ATTEMPTS, OUTAGE_RETRY_DELAY, Indexer
 from server.storage import migrate
 from server.storage.database import SqlDatabase
@@ -64,6 +72,15 @@ class FlakyIndex(QdrantEdgeChunkIndex):
         if self.unavailable:  # what a Qdrant server that cannot be reached raises
             raise MemoriaError(ErrorReason.STORE_UNAVAILABLE, "the index is unavailable")
         super().upsert_turn(key, turn_time, chunks)
+
+    context_down = False
+
+    def set_keyword_vectors(
+        self, updates: Sequence[tuple[StoredChunk, SparseVector]], version: int
+    ) -> None:
+        if self.context_down:
+            raise ConnectionError("index unavailable")
+        super().set_keyword_vectors(updates, version)
 
 
 class Clock:
@@ -183,3 +200,52 @@ def test_a_turn_is_indexed_with_its_date_on_the_keyword_side(parts) -> None:  # 
     dated = EncodedQuery(dense=(1.0,) * DIM, sparse=encoder.encode_query("9 May 2023"))
     (hit,) = index.search(SearchScope("t", "ana", frozenset()), dated, 5).keyword
     assert hit.text == "a turn about herons"
+
+
+def keyword_hits(index: FlakyIndex, words: str) -> list[str]:
+    encoded = EncodedQuery(dense=(1.0,) * DIM, sparse=KeywordEncoder().encode_query(words))
+    found = index.search(SearchScope("t", "ana", frozenset()), encoded, 10).keyword
+    return [h.turn_id for h in found]
+
+
+def test_a_turn_and_its_neighbours_are_encoded_with_their_context(parts) -> None:  # type: ignore[no-untyped-def]
+    """Keyword representation 3: each chunk also holds its neighbours' words (at a lower
+    weight), and indexing a turn updates the turns beside it, whatever order they arrive in."""
+    indexer, turns, index, _clock, _store = parts
+    for turn_id, text in (("a", "we saw a heron"), ("b", "it stood so still")):
+        turns.accept_turn(NewTurn(TurnKey("t", "ana", "c1", turn_id), text, T0, T0))
+    assert indexer.run_once(10) == 2
+    assert keyword_hits(index, "heron") == ["a", "b"]
+    assert keyword_hits(index, "otter") == []
+    # Turns of equal time are in the order they arrived; a later turn updates the one before.
+    turns.accept_turn(NewTurn(TurnKey("t", "ana", "c1", "c"), "an otter swam by", T0, T0))
+    assert indexer.run_once(10) == 1
+    assert keyword_hits(index, "otter") == ["c", "b"]
+    assert keyword_hits(index, "heron") == ["a", "b"]
+    # A turn that arrives late but happened earlier is placed by its time, before "a".
+    early = T0 - timedelta(hours=1)
+    turns.accept_turn(NewTurn(TurnKey("t", "ana", "c1", "z"), "a kingfisher dived", early, T0))
+    assert indexer.run_once(10) == 1
+    assert keyword_hits(index, "kingfisher") == ["z", "a"]
+    assert keyword_hits(index, "heron")[0] == "a"
+    assert set(keyword_hits(index, "heron")) == {"a", "b", "z"}  # z's next turn is a now
+    # Another conversation's turn is nobody's neighbour here.
+    turns.accept_turn(NewTurn(TurnKey("t", "ana", "c2", "y"), "a heron elsewhere", T0, T0))
+    assert indexer.run_once(10) == 1
+    assert set(keyword_hits(index, "elsewhere")) == {"y"}
+    assert index.count_stale_keyword_chunks(KEYWORD_VERSION) == 0
+
+
+def test_a_turn_whose_context_cannot_be_written_stays_queued(parts) -> None:  # type: ignore[no-untyped-def]
+    indexer, turns, index, clock, store = parts
+    turns.accept_turn(NewTurn(KEY, "a turn about herons", T0, T0))
+    index.context_down = True
+    assert indexer.run_once(10) == 1
+    assert row(store)[:3] == ("pending", 1, "ConnectionError")
+    assert index.count_stale_keyword_chunks(KEYWORD_VERSION) == 1  # own words only, so far
+    assert keyword_hits(index, "herons") == ["turn-1"]  # and searchable meanwhile
+    index.context_down = False
+    clock.now = row(store)[3]
+    assert indexer.run_once(10) == 1
+    assert row(store)[:3] == ("indexed", 0, None)
+    assert index.count_stale_keyword_chunks(KEYWORD_VERSION) == 0

@@ -1,0 +1,150 @@
+"""A chunk's neighbours in its conversation: the context of keyword representation 3.
+
+A chunk's keyword vector holds its own terms and, at CONTEXT_WEIGHT, those of the chunk just
+before and just after it in its conversation (server/domain/keywords.py, encode_in_context).
+This module decides what "before" and "after" mean and which vectors a change makes stale:
+
+- The conversation's order is its chunks sorted by turn time, then by the order the turns
+  were accepted in (the turn queue's row id, recorded with each point as turn_order: turns of
+  equal time are common when a caller stamps a whole session with one time), then by turn id
+  compared as text with its digits as numbers (for chunks written before turn_order was
+  recorded: `s1-t2` before `s1-t10`), then by chunk index. Inside a turn of several chunks
+  the neighbours are the turn's own chunks; at its edges, the neighbouring turns' edge chunks.
+- Indexing a turn changes the context of its own chunks and of the two chunks beside it, so
+  all of those are encoded again (`turn_updates`). Re-encoding a chunk never changes another's
+  context (a context is made of texts, not of vectors), so moving old chunks to this
+  representation touches exactly those chunks (`chunk_updates`).
+
+Everything is read from the chunk index (the texts live nowhere else once a turn is indexed):
+one scroll of the conversation's places (no texts), then the texts of the few turns needed,
+by id. Two turns of one conversation indexed at the same moment by two processes can each
+miss the other, leaving one neighbour's context without the other's words until either turn
+is indexed again; each turn's own words are always there, so it is found by them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from server.domain.keywords import KeywordEncoder, keyword_document
+from server.domain.model import ChunkPlace, SparseVector, StoredChunk, TurnKey
+from server.domain.ports import ChunkIndex
+
+Update = tuple[StoredChunk, SparseVector]
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _natural(turn_id: str) -> tuple[tuple[int, int, str], ...]:
+    """A turn id's sort key with its runs of digits compared as numbers."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part)
+        for part in _DIGITS.split(turn_id)
+        if part
+    )
+
+
+def conversation_order(places: Iterable[ChunkPlace]) -> list[ChunkPlace]:
+    """The conversation's chunks in order (see the module docstring)."""
+    return sorted(
+        places, key=lambda p: (p.turn_time, p.turn_order, _natural(p.turn_id), p.chunk_index)
+    )
+
+
+class KeywordContext:
+    """Encodes chunks' keyword vectors with their neighbours, reading both from the index."""
+
+    def __init__(self, index: ChunkIndex, keywords: KeywordEncoder) -> None:
+        self._index = index
+        self._keywords = keywords
+
+    def turn_updates(self, key: TurnKey) -> list[Update]:
+        """New keyword vectors for the turn's stored chunks and the chunk on each side of it
+        (their context now holds the turn); none if the turn has no chunks (deleted)."""
+        order = self._order(key)
+        at = [i for i, place in enumerate(order) if place.turn_id == key.turn_id]
+        if not at:
+            return []
+        return self._vectors(key, order, range(max(at[0] - 1, 0), min(at[-1] + 2, len(order))))
+
+    def chunk_updates(self, chunks: Sequence[StoredChunk]) -> list[Update]:
+        """New keyword vectors for these chunks, each with its current neighbours. A chunk the
+        index no longer places (deleted or re-sent meanwhile) is encoded without context, so
+        a caller moving chunks to this representation always moves every chunk it read."""
+        by_conversation: dict[TurnKey, list[StoredChunk]] = defaultdict(list)
+        for chunk in chunks:
+            by_conversation[_conversation(chunk.key)].append(chunk)
+        updates: list[Update] = []
+        for conversation, group in by_conversation.items():
+            order = self._order(conversation)
+            position = {(p.turn_id, p.chunk_index): i for i, p in enumerate(order)}
+            wanted = {(c.key.turn_id, c.chunk_index) for c in group}
+            found = self._vectors(
+                conversation, order, sorted(position[w] for w in wanted if w in position)
+            )
+            updates += found
+            done = {(c.key.turn_id, c.chunk_index) for c, _ in found}
+            updates += [
+                (c, self._keywords.encode_document(keyword_document(c.text, c.turn_time)))
+                for c in group
+                if (c.key.turn_id, c.chunk_index) not in done
+            ]
+        return updates
+
+    def _order(self, key: TurnKey) -> list[ChunkPlace]:
+        return conversation_order(
+            self._index.conversation_places(key.tenant_id, key.principal_id, key.conversation_id)
+        )
+
+    def _vectors(
+        self, conversation: TurnKey, order: Sequence[ChunkPlace], targets: Iterable[int]
+    ) -> list[Update]:
+        """The vectors of order[i] for each target i, with order[i-1] and order[i+1] as context.
+        A target whose text cannot be read (deleted meanwhile) is left out."""
+        targets = list(targets)
+        turns = sorted(
+            {order[j].turn_id for i in targets for j in (i - 1, i, i + 1) if 0 <= j < len(order)}
+        )
+        texts = self._index.turn_chunks(
+            conversation.tenant_id,
+            conversation.principal_id,
+            [(conversation.conversation_id, turn) for turn in turns],
+        )
+
+        def text(j: int) -> str | None:
+            if not 0 <= j < len(order):
+                return None
+            chunks = texts.get((conversation.conversation_id, order[j].turn_id), ())
+            index = order[j].chunk_index
+            return chunks[index] if index < len(chunks) else None
+
+        updates: list[Update] = []
+        for i in targets:
+            own = text(i)
+            if own is None:
+                continue
+            place = order[i]
+            chunk = StoredChunk(
+                key=TurnKey(
+                    conversation.tenant_id,
+                    conversation.principal_id,
+                    conversation.conversation_id,
+                    place.turn_id,
+                ),
+                chunk_index=place.chunk_index,
+                text=own,
+                turn_time=place.turn_time,
+            )
+            context = [t for t in (text(i - 1), text(i + 1)) if t]
+            vector = self._keywords.encode_in_context(
+                keyword_document(own, place.turn_time), context
+            )
+            updates.append((chunk, vector))
+        return updates
+
+
+def _conversation(key: TurnKey) -> TurnKey:
+    """The conversation of a turn key, as a key with an empty turn id."""
+    return TurnKey(key.tenant_id, key.principal_id, key.conversation_id, "")
