@@ -11,9 +11,12 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from server.config import Settings, listen_host
+
+if TYPE_CHECKING:
+    from server.domain.model import Owner
 
 log = logging.getLogger("memoria")
 
@@ -66,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
         "progress (servers and workers also do it in the background); embedded: server stopped",
     )
     reindex.add_argument("--data-dir", type=Path)
+    reindex.add_argument("--tenant", help="only this tenant's chunks (default: every tenant's)")
+    reindex.add_argument("--principal", help="only this principal's chunks (needs --tenant)")
     reindex.add_argument("--qdrant-url", help="the Qdrant server, e.g. http://qdrant:6333")
     reindex.add_argument(
         "--qdrant-grpc-port", type=int, help="Qdrant gRPC port (default: the URL's port + 1)"
@@ -162,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "compact":
             _compact(settings)
         elif args.command == "reindex":
-            _reindex(settings)
+            _reindex(settings, _owner(args.tenant, args.principal))
         elif args.process_index is None and settings.processes > 1:
             _serve_workers(settings, args)
         else:
@@ -216,18 +221,31 @@ def _compact(settings: Settings) -> None:
     log.info("done")
 
 
-def _reindex(settings: Settings) -> None:
-    """Encode every chunk of an older keyword representation again, to the end, printing
-    progress (server/domain/reindex.py). Searches keep working meanwhile on a Qdrant server;
-    the embedded index belongs to one process, so there it runs with the server stopped (a
-    running server does the same in its worker threads)."""
+def _owner(tenant: str | None, principal: str | None) -> Owner:
+    """Whose chunks `memoria reindex` covers, or exit in one line on ids that name nobody."""
+    from server.domain.ids import identity_value_problem
+    from server.domain.model import Owner
+
+    if principal is not None and tenant is None:
+        sys.exit("memoria reindex: --principal needs --tenant (a principal lives in a tenant)")
+    for flag, value in (("--tenant", tenant), ("--principal", principal)):
+        if value is not None and (problem := identity_value_problem(value)):
+            sys.exit(f"memoria reindex: {flag} {problem}")
+    return Owner(tenant, principal)
+
+
+def _reindex(settings: Settings, owner: Owner) -> None:
+    """Encode every chunk of an older keyword representation again (every tenant's, or the
+    owner's), to the end, printing progress (server/domain/reindex.py). Searches keep working
+    meanwhile on a Qdrant server; the embedded index belongs to one process, so there it runs
+    with the server stopped (a running server does the same in its worker threads)."""
     from server.app import build_chunk_index, build_embedder
     from server.domain.keywords import KeywordEncoder
     from server.domain.reindex import KeywordReindexer
 
     index = build_chunk_index(settings, build_embedder(settings))
     try:
-        reindexer = KeywordReindexer(index, KeywordEncoder())
+        reindexer = KeywordReindexer(index, KeywordEncoder(), owner)
 
         def show(done: int, total: int) -> None:
             print(f"memoria reindex: {done}/{total} chunks", file=sys.stderr, flush=True)

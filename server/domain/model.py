@@ -178,6 +178,23 @@ class StoredChunk:
 
 
 @dataclass(frozen=True)
+class Owner:
+    """Whose chunks an operation over many covers: everyone's (the default), one tenant's, or
+    one principal's of one tenant."""
+
+    tenant_id: str | None = None
+    principal_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.principal_id is not None and self.tenant_id is None:
+            raise ValueError("a principal is named within its tenant")
+
+
+EVERYONE = Owner()
+"""Every tenant's chunks."""
+
+
+@dataclass(frozen=True)
 class ChunkPlace:
     """Where a stored chunk sits in its conversation: enough to order the conversation's
     chunks without reading their text (server/domain/context.py)."""

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Protocol
 
 from server.domain.model import (
+    EVERYONE,
     AuditEvent,
     AuditQuery,
     Change,
@@ -18,6 +19,7 @@ from server.domain.model import (
     IndexedChunk,
     NewAuditEvent,
     NewTurn,
+    Owner,
     PrincipalMemory,
     RenderRecord,
     RetrievalResult,
@@ -93,12 +95,15 @@ class ChunkIndex(Protocol):
         best chunk per turn and cut to `turns` turns. Raises if either side fails."""
         ...
 
-    def stale_keyword_chunks(self, version: int, limit: int) -> Sequence[StoredChunk]:
-        """Up to `limit` chunks of any tenant whose keyword vector was made by another
-        keyword representation than `version` (chunks without a recorded one are version 1)."""
+    def stale_keyword_chunks(
+        self, version: int, limit: int, owner: Owner = EVERYONE
+    ) -> Sequence[StoredChunk]:
+        """Up to `limit` chunks of the owner (of any tenant by default) whose keyword vector
+        was made by another keyword representation than `version` (chunks without a recorded
+        one are version 1)."""
         ...
 
-    def count_stale_keyword_chunks(self, version: int) -> int:
+    def count_stale_keyword_chunks(self, version: int, owner: Owner = EVERYONE) -> int:
         """How many chunks `stale_keyword_chunks` has left to give."""
         ...
 

@@ -20,27 +20,33 @@ from collections.abc import Callable
 
 from server.domain.context import KeywordContext
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
+from server.domain.model import EVERYONE, Owner
 from server.domain.ports import ChunkIndex
 
 log = logging.getLogger(__name__)
 
 
 class KeywordReindexer:
-    """Encodes the keyword vectors of older-version chunks again, batch by batch."""
+    """Encodes the keyword vectors of older-version chunks again, batch by batch: every
+    tenant's (what the index worker runs), or one tenant's or principal's (`memoria reindex
+    --tenant T [--principal P]`, to bring one owner to the new representation first)."""
 
-    def __init__(self, index: ChunkIndex, keywords: KeywordEncoder) -> None:
+    def __init__(
+        self, index: ChunkIndex, keywords: KeywordEncoder, owner: Owner = EVERYONE
+    ) -> None:
         self._index = index
         self._context = KeywordContext(index, keywords)
+        self._owner = owner
         self._done = 0
 
     def run_once(self, limit: int) -> int:
         """Re-encode up to `limit` stale chunks; return how many (0: none left)."""
-        stale = self._index.stale_keyword_chunks(KEYWORD_VERSION, limit)
+        stale = self._index.stale_keyword_chunks(KEYWORD_VERSION, limit, self._owner)
         if not stale:
             return 0
         self._index.set_keyword_vectors(self._context.chunk_updates(stale), KEYWORD_VERSION)
         if self._done == 0:
-            left = self._index.count_stale_keyword_chunks(KEYWORD_VERSION)
+            left = self._index.count_stale_keyword_chunks(KEYWORD_VERSION, self._owner)
             log.info(
                 "encoding keyword vectors again (representation %d): %d chunks left",
                 KEYWORD_VERSION,
@@ -51,7 +57,7 @@ class KeywordReindexer:
 
     def run(self, batch: int, progress: Callable[[int, int], None] = lambda d, t: None) -> int:
         """Re-encode every stale chunk, reporting (done, total) after each batch."""
-        total = self._index.count_stale_keyword_chunks(KEYWORD_VERSION)
+        total = self._index.count_stale_keyword_chunks(KEYWORD_VERSION, self._owner)
         done = 0
         progress(done, total)
         while count := self.run_once(batch):

@@ -39,6 +39,7 @@ from server.domain.keywords import (
     keyword_document,
 )
 from server.domain.model import (
+    EVERYONE,
     AcceptOutcome,
     AuditAction,
     ChunkHit,
@@ -51,6 +52,7 @@ from server.domain.model import (
     InspectedHit,
     NewAuditEvent,
     NewTurn,
+    Owner,
     RetrievalResult,
     SearchHit,
     SearchRecord,
@@ -213,13 +215,15 @@ class OneSideIndex:
         """Passed through."""
         self._index.upsert_turn(key, turn_time, chunks)
 
-    def stale_keyword_chunks(self, version: int, limit: int) -> Sequence[StoredChunk]:
+    def stale_keyword_chunks(
+        self, version: int, limit: int, owner: Owner = EVERYONE
+    ) -> Sequence[StoredChunk]:
         """Passed through."""
-        return self._index.stale_keyword_chunks(version, limit)
+        return self._index.stale_keyword_chunks(version, limit, owner)
 
-    def count_stale_keyword_chunks(self, version: int) -> int:
+    def count_stale_keyword_chunks(self, version: int, owner: Owner = EVERYONE) -> int:
         """Passed through."""
-        return self._index.count_stale_keyword_chunks(version)
+        return self._index.count_stale_keyword_chunks(version, owner)
 
     def set_keyword_vectors(
         self, updates: Sequence[tuple[StoredChunk, SparseVector]], version: int

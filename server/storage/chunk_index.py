@@ -37,9 +37,11 @@ from typing import Any
 
 from server.domain.chunking import MAX_CHUNKS
 from server.domain.model import (
+    EVERYONE,
     ChunkHit,
     ChunkPlace,
     IndexedChunk,
+    Owner,
     SearchScope,
     StoredChunk,
     TurnKey,
@@ -305,10 +307,14 @@ def owner_filter(
     return FilterSpec(must=tuple(must))
 
 
-def stale_keywords_filter(version: int) -> FilterSpec:
-    """Every chunk, of any tenant, whose keyword vector is not of representation `version`
-    (chunks written before versions were recorded have no version field: they match)."""
-    return FilterSpec(must=(), must_not_number=((KEYWORD_VERSION_FIELD, version),))
+def stale_keywords_filter(version: int, owner: Owner = EVERYONE) -> FilterSpec:
+    """Every chunk of the owner (any tenant by default) whose keyword vector is not of
+    representation `version` (chunks written before versions were recorded have no version
+    field: they match)."""
+    must = [(TENANT_ID, owner.tenant_id)] if owner.tenant_id is not None else []
+    if owner.principal_id is not None:
+        must.append((PRINCIPAL_ID, owner.principal_id))
+    return FilterSpec(must=tuple(must), must_not_number=((KEYWORD_VERSION_FIELD, version),))
 
 
 def stale_chunks_filter(key: TurnKey, chunk_count: int) -> FilterSpec:

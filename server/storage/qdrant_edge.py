@@ -84,10 +84,12 @@ from qdrant_edge import (
 
 from server.domain.errors import ErrorReason, MemoriaError, StorageFull
 from server.domain.model import (
+    EVERYONE,
     ChunkHit,
     ChunkPlace,
     EncodedQuery,
     IndexedChunk,
+    Owner,
     RetrievalResult,
     SearchScope,
     StoredChunk,
@@ -398,12 +400,14 @@ class QdrantEdgeChunkIndex:
         )
 
     @_engine_errors()
-    def stale_keyword_chunks(self, version: int, limit: int) -> list[StoredChunk]:
+    def stale_keyword_chunks(
+        self, version: int, limit: int, owner: Owner = EVERYONE
+    ) -> list[StoredChunk]:
         """Up to `limit` chunks whose keyword vector is not of `version` (one scroll)."""
         records, _next = self._shard.scroll(
             ScrollRequest(
                 limit=limit,
-                filter=_filter(stale_keywords_filter(version)),
+                filter=_filter(stale_keywords_filter(version, owner)),
                 with_payload=True,
                 with_vector=False,
             )
@@ -411,10 +415,10 @@ class QdrantEdgeChunkIndex:
         return [stored_chunk(r.payload or {}) for r in records]
 
     @_engine_errors()
-    def count_stale_keyword_chunks(self, version: int) -> int:
+    def count_stale_keyword_chunks(self, version: int, owner: Owner = EVERYONE) -> int:
         """Exact number of chunks whose keyword vector is not of `version`."""
         return self._shard.count(
-            CountRequest(exact=True, filter=_filter(stale_keywords_filter(version)))
+            CountRequest(exact=True, filter=_filter(stale_keywords_filter(version, owner)))
         )
 
     @_engine_errors()

@@ -89,10 +89,12 @@ from qdrant_client.local.qdrant_local import QdrantLocal
 
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.model import (
+    EVERYONE,
     ChunkHit,
     ChunkPlace,
     EncodedQuery,
     IndexedChunk,
+    Owner,
     RetrievalResult,
     SearchScope,
     StoredChunk,
@@ -413,21 +415,23 @@ class QdrantServerChunkIndex:
             if group.hits
         )
 
-    def stale_keyword_chunks(self, version: int, limit: int) -> list[StoredChunk]:
+    def stale_keyword_chunks(
+        self, version: int, limit: int, owner: Owner = EVERYONE
+    ) -> list[StoredChunk]:
         """Up to `limit` chunks whose keyword vector is not of `version` (one scroll)."""
         with self._lock, _unavailable_as_domain_error():
             records, _next = self._client.scroll(
                 self._collection,
-                scroll_filter=_filter(stale_keywords_filter(version)),
+                scroll_filter=_filter(stale_keywords_filter(version, owner)),
                 limit=limit,
                 with_payload=True,
                 with_vectors=False,
             )
         return [stored_chunk(r.payload or {}) for r in records]
 
-    def count_stale_keyword_chunks(self, version: int) -> int:
+    def count_stale_keyword_chunks(self, version: int, owner: Owner = EVERYONE) -> int:
         """Exact number of chunks whose keyword vector is not of `version`."""
-        where = _filter(stale_keywords_filter(version))
+        where = _filter(stale_keywords_filter(version, owner))
         with self._lock, _unavailable_as_domain_error():
             return self._client.count(self._collection, count_filter=where, exact=True).count
 

@@ -15,6 +15,7 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.trace import SpanKind
 
 from server.domain.model import (
+    EVERYONE,
     AuditAction,
     AuditEvent,
     AuditQuery,
@@ -23,6 +24,7 @@ from server.domain.model import (
     ConversationPurge,
     EncodedQuery,
     IndexedChunk,
+    Owner,
     PrincipalMemory,
     RetrievalResult,
     SearchScope,
@@ -97,13 +99,15 @@ class TracedChunkIndex:
         with self._span("conversation_places"):
             return self._index.conversation_places(tenant_id, principal_id, conversation_id)
 
-    def stale_keyword_chunks(self, version: int, limit: int) -> Sequence[StoredChunk]:
+    def stale_keyword_chunks(
+        self, version: int, limit: int, owner: Owner = EVERYONE
+    ) -> Sequence[StoredChunk]:
         with self._span("stale_keyword_chunks"):
-            return self._index.stale_keyword_chunks(version, limit)
+            return self._index.stale_keyword_chunks(version, limit, owner)
 
-    def count_stale_keyword_chunks(self, version: int) -> int:
+    def count_stale_keyword_chunks(self, version: int, owner: Owner = EVERYONE) -> int:
         with self._span("count_stale_keyword_chunks"):
-            return self._index.count_stale_keyword_chunks(version)
+            return self._index.count_stale_keyword_chunks(version, owner)
 
     def set_keyword_vectors(
         self, updates: Sequence[tuple[StoredChunk, SparseVector]], version: int

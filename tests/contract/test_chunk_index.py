@@ -36,6 +36,7 @@ from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import (
     EncodedQuery,
     IndexedChunk,
+    Owner,
     SearchScope,
     SparseVector,
     TurnKey,
@@ -402,6 +403,12 @@ def test_stale_keyword_chunks_are_those_of_another_version(index: ChunkIndex) ->
     assert stale[key(turn="old"), 1].turn_time == T0
     assert len(index.stale_keyword_chunks(2, 2)) == 2
     assert index.count_stale_keyword_chunks(1) == 1  # only the version-2 chunk
+    assert index.count_stale_keyword_chunks(2, Owner("t1")) == 2
+    assert index.count_stale_keyword_chunks(2, Owner("t2", "bob")) == 1
+    assert index.count_stale_keyword_chunks(2, Owner("t2", "ana")) == 0
+    assert {c.key for c in index.stale_keyword_chunks(2, 10, Owner("t2", "bob"))} == {
+        key(tenant="t2", principal="bob", turn="other")
+    }
 
 
 def test_new_keyword_vectors_replace_the_old_and_keep_the_rest(index: ChunkIndex) -> None:

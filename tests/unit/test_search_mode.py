@@ -8,9 +8,12 @@ from datetime import UTC, datetime
 import pytest
 
 from server.domain.model import (
+    EVERYONE,
     ChunkHit,
+    ChunkPlace,
     EncodedQuery,
     IndexedChunk,
+    Owner,
     RetrievalResult,
     SearchScope,
     SparseVector,
@@ -51,11 +54,19 @@ class Index:
     def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
         return 7
 
-    def stale_keyword_chunks(self, version: int, limit: int) -> Sequence[StoredChunk]:
-        self.calls.append(f"stale {version} {limit}")
+    def stale_keyword_chunks(
+        self, version: int, limit: int, owner: Owner = EVERYONE
+    ) -> Sequence[StoredChunk]:
+        self.calls.append(f"stale {version} {limit} {owner.principal_id}")
         return []
 
-    def count_stale_keyword_chunks(self, version: int) -> int:
+    def conversation_places(
+        self, tenant_id: str, principal_id: str, conversation_id: str
+    ) -> Sequence[ChunkPlace]:
+        self.calls.append(f"places {conversation_id}")
+        return [ChunkPlace("x", 0, T, 1)]
+
+    def count_stale_keyword_chunks(self, version: int, owner: Owner = EVERYONE) -> int:
         return 3
 
     def set_keyword_vectors(
@@ -96,7 +107,9 @@ def test_everything_but_search_passes_through() -> None:
     one.check()
     assert one.count("t", "p") == 7
     assert one.stale_keyword_chunks(2, 5) == []
+    assert one.stale_keyword_chunks(2, 5, Owner("t", "p")) == []
     assert one.count_stale_keyword_chunks(2) == 3
+    assert one.conversation_places("t", "p", "c") == [ChunkPlace("x", 0, T, 1)]
     one.set_keyword_vectors([], 2)
     one.close()
     assert index.calls == [
@@ -104,7 +117,9 @@ def test_everything_but_search_passes_through() -> None:
         "delete c",
         "erase p",
         "check",
-        "stale 2 5",
+        "stale 2 5 None",
+        "stale 2 5 p",
+        "places c",
         "set 0 2",
         "close",
     ]
