@@ -235,7 +235,7 @@ class SearchHit(_message.Message):
     score: _builtins.float
     """Fused score, 0 to 1: each retrieval side's scores are min-max normalized
     over that side's top turns of this search (its best 1, its last 0), and
-    the score is 0.7 times the keyword value plus 0.3 times the semantic value
+    the score is 0.8 times the keyword value plus 0.2 times the semantic value
     (0 for a side that did not find the turn). Higher is better; only
     comparable within one response. The weights may change between releases.
     (Before this fusion the score was reciprocal rank fusion.)
