@@ -2,9 +2,10 @@
 
 Starts `memoria serve` (the embedded default, a fresh data directory), indexes the LoCoMo
 development files through `IndexTurn` as a caller would, then asks every question through
-`SearchConversations` and scores the answers. The data is research data kept outside the
-product (`../shared/eval/locomo-dev/` beside the checkout, or the path given); its README
-defines the mapping and the scoring, followed here exactly:
+`SearchConversations` and scores the answers; beside each model's figures, the service's two
+parameters chosen by leave-one-conversation-out (bench/search_levers.py). The data is
+research data kept outside the product (`../shared/eval/locomo-dev/` beside the checkout, or
+the path given); its README defines the mapping and the scoring, followed here exactly:
 
 - one principal per file (tenant `locomo`), one conversation per session (`session-N`), a
   turn per consecutive pair of utterances (`sN-tK`; a last odd one alone), question = first
@@ -65,6 +66,9 @@ from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from procs import HOST, ServerProcess, machine_line, raise_on_sigterm, software_line
 from serve_embedder import EMBEDDERS, build_embedder
+
+from server.domain.keywords import CONTEXT_WEIGHT
+from server.domain.search import KEYWORD_WEIGHT
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "eval" / "locomo-dev"
@@ -442,6 +446,33 @@ def as_json(run: Run, questions: Sequence[Question]) -> dict[str, Any]:
     }
 
 
+def leave_one_out(data: Path, embedder: str) -> None:
+    """The service's parameters chosen by leave-one-conversation-out, printed beside its own
+    figures: each file scored with the context weight and keyword share best on the other
+    three (bench/search_levers.py, in-process with the service's encoders, whose figures
+    match the service's). Informative: the exit status is the service's own run."""
+    import search_levers as lab  # it imports this module's loader: not at the top
+
+    principals = [lab.Principal(n, *load(data / n, f"locomo-{Path(n).stem}")) for n in FILES]
+    chosen = lab.service_selection(
+        principals, lab.Lab(principals, build_embedder(embedder, 2), None)
+    )
+    print(
+        "\nleave-one-conversation-out (bench/search_levers.py: context weight and keyword share"
+        " chosen on three files, scored on the fourth; one chunk of context a side, min-max"
+        " over 50 a side):"
+    )
+    for name, held in zip(FILES, chosen.chosen, strict=True):
+        print(f"  {name} held out: {held}")
+    print(f"  pooled     {lab.fmt(chosen.pooled)}  (R@1 R@5 R@10 MRR@10)")
+    print(f"      {lab.met(chosen.pooled_scores)}")
+    print(f"  in-sample best [{chosen.best}]: {lab.fmt(chosen.in_sample)}")
+    print(
+        f"  (the service runs context {CONTEXT_WEIGHT:g} keyword {KEYWORD_WEIGHT:g}: its figures"
+        " are the hybrid rows above)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -486,6 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for run in runs:
         report(run, questions)
+        leave_one_out(args.data, run.embedder)
     if args.json:
         document: dict[str, Any] = {"runs": [as_json(run, questions) for run in runs]}
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")

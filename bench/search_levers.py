@@ -75,6 +75,7 @@ from serve_embedder import EMBEDDERS, build_embedder
 from server.domain.chunking import turn_text
 from server.domain.keywords import KeywordEncoder, keyword_document
 from server.domain.ports import Embedder
+from server.domain.search import MIN_RETRIEVAL_TURNS
 
 Vector = npt.NDArray[np.float32]
 Key = tuple[str, str]
@@ -610,6 +611,29 @@ def joint(
         print(f"  {label}:\n      " + "; ".join(cells))
     sys.stdout.flush()
     return 0
+
+
+SERVICE_CONTEXT_WEIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+SERVICE_KEYWORD_WEIGHTS = (0.6, 0.7, 0.8, 0.9)
+
+
+def service_selection(principals: Sequence[Principal], lab: Lab) -> Selection:
+    """Leave-one-conversation-out over the service's own parameters: the keyword context's
+    weight (server/domain/keywords.py, CONTEXT_WEIGHT) and the keyword share of the fusion
+    (server/domain/search.py, KEYWORD_WEIGHT), with the service's fixed choices: one chunk of
+    context each side, the date, min-max fusion over the top MIN_RETRIEVAL_TURNS a side, the
+    semantic side on the text alone. Criterion: `mean_of_four`. What bench_search_quality.py
+    prints beside the service's own figures."""
+    sem = lab.dense_scores("own")
+    per: dict[str, list[Scores]] = {}
+    for weight in SERVICE_CONTEXT_WEIGHTS:
+        kw = lab.keyword_scores(context_name(1, 1, weight), "collection")
+        for w_kw in SERVICE_KEYWORD_WEIGHTS:
+            ranker = _score_fusion("minmax", MIN_RETRIEVAL_TURNS, w_kw)
+            per[f"context {weight:g} keyword {w_kw:g}"] = [
+                score(principals, kw, sem, ranker, [i]) for i in range(len(principals))
+            ]
+    return select(per, mean_of_four)
 
 
 def _score_fusion(how: str, depth: int, w_kw: float) -> Ranker:
