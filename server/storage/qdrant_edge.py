@@ -430,6 +430,8 @@ class QdrantEdgeChunkIndex:
         The engine refuses a vector update of a missing point, so the chunks deleted since
         they were read are left out first. A crash between the two updates leaves a new
         vector under the old version, which the next run writes again (idempotent)."""
+        if not updates:
+            return
         ids = {point_id(chunk.key, chunk.chunk_index): sparse for chunk, sparse in updates}
         existing: list[uuid.UUID | str | int] = [
             str(r.id) for r in self._shard.retrieve(list(ids), False, False)

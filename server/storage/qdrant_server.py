@@ -441,6 +441,8 @@ class QdrantServerChunkIndex:
         """Replace the keyword vectors of the chunks that still exist and record `version`,
         in one request (the server refuses a vector update of a missing point, so chunks
         deleted since they were read are left out first)."""
+        if not updates:
+            return
         ids = {point_id(chunk.key, chunk.chunk_index): sparse for chunk, sparse in updates}
         with self._lock, _unavailable_as_domain_error():
             found = self._client.retrieve(

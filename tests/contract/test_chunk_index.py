@@ -451,6 +451,12 @@ def test_the_reindexer_moves_every_chunk_to_the_current_representation(
     assert KeywordReindexer(index, encoder).run_once(3) == 0  # resumable: nothing left
 
 
+def test_no_keyword_vectors_to_set_is_a_no_op(index: ChunkIndex) -> None:
+    index.upsert_turn(key(), T0, [chunk(0, "alpha")])
+    index.set_keyword_vectors([], 3)
+    assert index.count_stale_keyword_chunks(3) == 1  # the chunk is untouched: still version 1
+
+
 def test_conversation_places_are_every_chunk_of_that_conversation_only(
     index: ChunkIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:

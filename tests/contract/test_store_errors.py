@@ -32,6 +32,7 @@ from server.domain.model import (
     PrincipalMemory,
     SearchScope,
     SparseVector,
+    StoredChunk,
     StoredSettings,
     TurnKey,
     Writer,
@@ -127,7 +128,9 @@ def edge_operations(index: QdrantEdgeChunkIndex) -> dict[str, Callable[[], objec
         "conversation_places": lambda: index.conversation_places("t1", "ana", "c1"),
         "stale_keyword_chunks": lambda: index.stale_keyword_chunks(0, 10),
         "count_stale_keyword_chunks": lambda: index.count_stale_keyword_chunks(0),
-        "set_keyword_vectors": lambda: index.set_keyword_vectors([], 0),
+        "set_keyword_vectors": lambda: index.set_keyword_vectors(
+            [(StoredChunk(KEY, 0, "hello", T0), SparseVector((7,), (1.0,)))], 0
+        ),
         "check": index.check,
         "flush": index.flush,
     }
