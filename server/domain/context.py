@@ -17,9 +17,12 @@ This module decides what "before" and "after" mean and which vectors a change ma
 
 Everything is read from the chunk index (the texts live nowhere else once a turn is indexed):
 one scroll of the conversation's places (no texts), then the texts of the few turns needed,
-by id. Two turns of one conversation indexed at the same moment by two processes can each
-miss the other, leaving one neighbour's context without the other's words until either turn
-is indexed again; each turn's own words are always there, so it is found by them.
+by id. The scroll grows with the conversation: refreshing one turn's context measured 2.9 ms
+in a conversation of 100 chunks, 13.6 ms at 1,000 and 106 ms at 10,000 (embedded engine),
+against ~130 ms of model time per chunk. Two turns of one conversation indexed at the same
+moment by two processes can each miss the other, leaving one neighbour's context without the
+other's words until either turn is indexed again; each turn's own words are always there, so
+it is found by them.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ index (server/domain/context.py). No model runs (only the keyword vector changes
 re-sent by callers, and searches keep being served throughout: a chunk is searched with its
 old keyword vector until its new one replaces it, and the dense side is untouched. Resumable
 by construction: a chunk's recorded version is the progress, so a restarted process continues
-where the last one stopped. `memoria reindex` runs the same steps to the end in the foreground, with
-progress printed.
+where the last one stopped. `memoria reindex` runs the same steps to the end in the
+foreground, with progress printed.
 """
 
 from __future__ import annotations
