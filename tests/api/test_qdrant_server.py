@@ -66,10 +66,12 @@ def ts() -> Timestamp:
     return stamp
 
 
-def index_turn(api: Api, turn: str, answer: str, *, wait: bool) -> pb.IndexTurnResponse:
+def index_turn(
+    api: Api, turn: str, answer: str, *, wait: bool, conversation: str = "trips"
+) -> pb.IndexTurnResponse:
     response: pb.IndexTurnResponse = api.search.IndexTurn(
         pb.IndexTurnRequest(
-            conversation_id="trips",
+            conversation_id=conversation,
             turn_id=turn,
             question=f"What about {turn}?",
             answer=answer,
