@@ -108,7 +108,7 @@ from procs import (
     raise_on_sigterm,
     software_line,
 )
-from search_corpus import CorpusGenerator, PrincipalCorpus, Turn
+from search_corpus import CorpusGenerator, PrincipalCorpus, Turn, keyword_vectors
 
 from memoria.v1 import conversation_search_service_pb2 as cs_pb
 from memoria.v1 import conversation_search_service_pb2_grpc as cs_grpc
@@ -323,10 +323,12 @@ def chunk_pool(generator: CorpusGenerator, keywords: KeywordEncoder, size: int) 
     texts = texts[:size]
     windows = counter.windows(texts)
     pool = []
-    for text, count in zip(texts, windows, strict=True):
-        # The current keyword representation (the turn's date, then the text); the pool's
-        # one date stands for every filler point's: it moves three terms of ~85.
-        sparse = keywords.encode_document(keyword_document(text, POOL_DATE))
+    for at, (text, count) in enumerate(zip(texts, windows, strict=True)):
+        # The current keyword representation (the turn's date, the text, and the chunks
+        # before and after it, here its neighbours in the pool: generated conversations in
+        # order); the pool's one date stands for every filler point's: three terms of ~85.
+        context = texts[max(at - 1, 0) : at] + texts[at + 1 : at + 2]
+        sparse = keywords.encode_in_context(keyword_document(text, POOL_DATE), context)
         pool.append(PoolChunk(text, list(sparse.indices), list(sparse.values), count))
     return pool
 
@@ -507,11 +509,10 @@ def write_measured(
     """The searched principals, through the adapter's own write path with real vectors."""
     for corpus, vectors in zip(corpora, embeddings, strict=True):
         position = 0
-        for turn in corpus.turns:
+        for turn, sparse in zip(corpus.turns, keyword_vectors(corpus, keywords), strict=True):
             chunks = []
             for i, text in enumerate(turn.chunks):
-                sparse = keywords.encode_document(keyword_document(text, turn.turn_time))
-                chunks.append(IndexedChunk(i, text, vectors[position], sparse, KEYWORD_VERSION))
+                chunks.append(IndexedChunk(i, text, vectors[position], sparse[i], KEYWORD_VERSION))
                 position += 1
             key = TurnKey(corpus.tenant_id, corpus.principal_id, turn.conversation_id, turn.turn_id)
             index.upsert_turn(key, turn.turn_time, chunks)

@@ -83,7 +83,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -113,7 +112,7 @@ from tokenizers import Tokenizer
 from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
 from server.config import Settings
-from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder, keyword_document
+from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import (
     EncodedQuery,
     Identity,
@@ -156,6 +155,7 @@ from search_corpus import (
     Turn,
     chunk_counts,
     describe,
+    keyword_vectors,
 )
 
 SERVICE = "memoria.v1.ConversationSearchService"
@@ -322,23 +322,12 @@ def _indexed(
     corpus: PrincipalCorpus, vectors: Sequence[Multivector], keywords: KeywordEncoder
 ) -> Iterator[tuple[TurnKey, datetime, list[IndexedChunk]]]:
     """Each turn of `corpus` as `upsert_turn` takes it, with `vectors` for its chunks and the
-    service's current keyword representation: the date, the text and, at CONTEXT_WEIGHT, the
-    chunks before and after it in its conversation (the corpus lists each conversation's
-    turns in order), as the index worker leaves them (server/domain/context.py)."""
-    texts: dict[str, list[str]] = defaultdict(list)
-    for turn in corpus.turns:
-        texts[turn.conversation_id] += turn.chunks
-    seen: dict[str, int] = defaultdict(int)
+    service's current keyword representation (search_corpus.keyword_vectors)."""
     position = 0
-    for turn in corpus.turns:
+    for turn, sparse in zip(corpus.turns, keyword_vectors(corpus, keywords), strict=True):
         chunks = []
-        around = texts[turn.conversation_id]
         for i, text in enumerate(turn.chunks):
-            at = seen[turn.conversation_id]
-            seen[turn.conversation_id] += 1
-            context = around[max(at - 1, 0) : at] + around[at + 1 : at + 2]
-            sparse = keywords.encode_in_context(keyword_document(text, turn.turn_time), context)
-            chunks.append(IndexedChunk(i, text, vectors[position], sparse, KEYWORD_VERSION))
+            chunks.append(IndexedChunk(i, text, vectors[position], sparse[i], KEYWORD_VERSION))
             position += 1
         key = TurnKey(corpus.tenant_id, corpus.principal_id, turn.conversation_id, turn.turn_id)
         yield key, turn.turn_time, chunks

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from server.domain.chunking import split_turn
+from server.domain.keywords import KeywordEncoder, keyword_document
+from server.domain.model import SparseVector
 
 # --------------------------------------------------------------------------------------------
 # Pools: values a slot can take. A persona draws its own subset of each.
@@ -688,3 +690,26 @@ class LengthStats:
 def describe(turns: Iterable[Turn]) -> str:
     """One line of statistics about `turns` (see LengthStats)."""
     return str(LengthStats(turns))
+
+
+def keyword_vectors(corpus: PrincipalCorpus, keywords: KeywordEncoder) -> list[list[SparseVector]]:
+    """Per turn of `corpus`, its chunks' keyword vectors as the index worker leaves them (the
+    current representation: the date, the text and, at CONTEXT_WEIGHT, the chunk before and
+    the chunk after in its conversation; server/domain/context.py). The corpus lists each
+    conversation's turns in order."""
+    texts: dict[str, list[str]] = {}
+    for turn in corpus.turns:
+        texts.setdefault(turn.conversation_id, []).extend(turn.chunks)
+    seen: dict[str, int] = {}
+    out = []
+    for turn in corpus.turns:
+        around = texts[turn.conversation_id]
+        vectors = []
+        for text in turn.chunks:
+            at = seen.get(turn.conversation_id, 0)
+            seen[turn.conversation_id] = at + 1
+            context = around[max(at - 1, 0) : at] + around[at + 1 : at + 2]
+            own = keyword_document(text, turn.turn_time)
+            vectors.append(keywords.encode_in_context(own, context))
+        out.append(vectors)
+    return out
