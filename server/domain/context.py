@@ -11,18 +11,21 @@ This module decides what "before" and "after" mean and which vectors a change ma
   recorded: `s1-t2` before `s1-t10`), then by chunk index. Inside a turn of several chunks
   the neighbours are the turn's own chunks; at its edges, the neighbouring turns' edge chunks.
 - Indexing a turn changes the context of its own chunks and of the two chunks beside it, so
-  all of those are encoded again (`turn_updates`). Re-encoding a chunk never changes another's
-  context (a context is made of texts, not of vectors), so moving old chunks to this
-  representation touches exactly those chunks (`chunk_updates`).
+  all of those are encoded again (`turn_updates`). A turn sent again with another time leaves
+  its old neighbours' contexts holding its words until they are indexed again. Re-encoding a
+  chunk never changes another's context (a context is made of texts, not of vectors), so
+  moving old chunks to this representation touches exactly those chunks (`chunk_updates`).
 
 Everything is read from the chunk index (the texts live nowhere else once a turn is indexed):
-one scroll of the conversation's places (no texts), then the texts of the few turns needed,
-by id. The scroll grows with the conversation: refreshing one turn's context measured 2.9 ms
-in a conversation of 100 chunks, 13.6 ms at 1,000 and 106 ms at 10,000 (embedded engine),
-against ~130 ms of model time per chunk. Two turns of one conversation indexed at the same
-moment by two processes can each miss the other, leaving one neighbour's context without the
-other's words until either turn is indexed again; each turn's own words are always there, so
-it is found by them.
+the places (no texts) of the chunks nearest the turn in time, then the texts of the few turns
+needed, by id. The nearest places are NEAR_PLACES each way by the turn_time index, so the cost
+does not grow with the conversation. A side that comes back full may stop inside a group of
+equal times, whose order is then unknown, so that group is left out of the window; when the
+window cannot place two chunks on each side of the turn (many chunks of one time around
+it), the whole conversation's places are read instead. Two turns of one conversation indexed
+at the same moment by two processes can each miss the other, leaving one neighbour's context
+without the other's words until either turn is indexed again; each turn's own words are
+always there, so it is found by them.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 
 from server.domain.keywords import KeywordEncoder, keyword_document
 from server.domain.model import ChunkPlace, SparseVector, StoredChunk, TurnKey
@@ -49,6 +53,10 @@ def _natural(turn_id: str) -> tuple[tuple[int, int, str], ...]:
     )
 
 
+NEAR_PLACES = 32
+"""Places read each way from a turn's time to find its neighbours (a window of ~2x this)."""
+
+
 def conversation_order(places: Iterable[ChunkPlace]) -> list[ChunkPlace]:
     """The conversation's chunks in order (see the module docstring)."""
     return sorted(
@@ -63,14 +71,36 @@ class KeywordContext:
         self._index = index
         self._keywords = keywords
 
-    def turn_updates(self, key: TurnKey) -> list[Update]:
+    def turn_updates(self, key: TurnKey, turn_time: datetime) -> list[Update]:
         """New keyword vectors for the turn's stored chunks and the chunk on each side of it
         (their context now holds the turn); none if the turn has no chunks (deleted)."""
-        order = self._order(key)
+        order, first, last = self._window(key, turn_time)
         at = [i for i, place in enumerate(order) if place.turn_id == key.turn_id]
-        if not at:
-            return []
+        # Each vector written needs its own two neighbours: two places known on each side.
+        if not at or not (first or at[0] >= 2) or not (last or at[-1] <= len(order) - 3):
+            order = self._order(key)
+            at = [i for i, place in enumerate(order) if place.turn_id == key.turn_id]
+            if not at:
+                return []
         return self._vectors(key, order, range(max(at[0] - 1, 0), min(at[-1] + 2, len(order))))
+
+    def _window(self, key: TurnKey, turn_time: datetime) -> tuple[list[ChunkPlace], bool, bool]:
+        """The conversation's chunks nearest `turn_time`, in order, with every chunk of a time
+        strictly inside the window (so their order is exact), and whether the window starts
+        at the conversation's first chunk and ends at its last."""
+        before, after = self._index.places_near(
+            key.tenant_id, key.principal_id, key.conversation_id, turn_time, NEAR_PLACES
+        )
+        # A full side may stop inside a group of equal times: that group is left out.
+        low = before[-1].turn_time if len(before) >= NEAR_PLACES else None
+        high = after[-1].turn_time if len(after) >= NEAR_PLACES else None
+        found = {(p.turn_id, p.chunk_index): p for p in (*before, *after)}
+        inside = (
+            p
+            for p in found.values()
+            if (low is None or p.turn_time > low) and (high is None or p.turn_time < high)
+        )
+        return conversation_order(inside), low is None, high is None
 
     def chunk_updates(self, chunks: Sequence[StoredChunk]) -> list[Update]:
         """New keyword vectors for these chunks, each with its current neighbours. A chunk the

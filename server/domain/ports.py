@@ -134,6 +134,19 @@ class ChunkIndex(Protocol):
         find a chunk's neighbours (server/domain/context.py)."""
         ...
 
+    def places_near(
+        self,
+        tenant_id: str,
+        principal_id: str,
+        conversation_id: str,
+        turn_time: datetime,
+        limit: int,
+    ) -> tuple[Sequence[ChunkPlace], Sequence[ChunkPlace]]:
+        """Up to `limit` places of the conversation's chunks of a time at most `turn_time`,
+        latest first, and up to `limit` of a time at least `turn_time`, earliest first (the
+        chunks of exactly that time can be in both; among equal times in any order)."""
+        ...
+
     def turn_chunks(
         self, tenant_id: str, principal_id: str, turns: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], tuple[str, ...]]:

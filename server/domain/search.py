@@ -256,6 +256,17 @@ class OneSideIndex:
         """Passed through."""
         return self._index.conversation_places(tenant_id, principal_id, conversation_id)
 
+    def places_near(
+        self,
+        tenant_id: str,
+        principal_id: str,
+        conversation_id: str,
+        turn_time: datetime,
+        limit: int,
+    ) -> tuple[Sequence[ChunkPlace], Sequence[ChunkPlace]]:
+        """Passed through."""
+        return self._index.places_near(tenant_id, principal_id, conversation_id, turn_time, limit)
+
     def check(self) -> None:
         """Passed through."""
         self._index.check()
@@ -361,7 +372,7 @@ class Indexer:
             try:
                 self._index.upsert_turn(turn.key, turn.turn_time, indexed)
                 self._index.set_keyword_vectors(
-                    self._context.turn_updates(turn.key), KEYWORD_VERSION
+                    self._context.turn_updates(turn.key, turn.turn_time), KEYWORD_VERSION
                 )
             except Exception as error:
                 self._failed(batch, turn, error)

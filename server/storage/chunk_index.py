@@ -23,7 +23,8 @@ Layout of the one collection (one for all tenants, DESIGN 4):
   window of the chunk); "keyword", a sparse BM25 term-frequency vector with the engine's IDF
   modifier.
 - Payload indexes: keyword on tenant_id (marked is_tenant), principal_id, conversation_id and
-  turn_key; integer on chunk_index and keyword_version.
+  turn_key; integer on chunk_index, keyword_version and turn_time (which a turn's neighbours
+  are found by, in time order).
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ PAYLOAD_INDEXES: tuple[tuple[str, IndexKind], ...] = (
     (CONVERSATION_ID, IndexKind.KEYWORD),
     (TURN_KEY, IndexKind.KEYWORD),
     (CHUNK_INDEX, IndexKind.INTEGER),
+    (TURN_TIME, IndexKind.INTEGER),
     (KEYWORD_VERSION_FIELD, IndexKind.INTEGER),
 )
 """Every filtered or grouped field is indexed; tenant_id co-locates each tenant's points."""
@@ -276,13 +278,16 @@ class FilterSpec:
 
     A point matches when every `must` field equals its value, no `must_not_in` field has
     one of the listed values, no `must_not_number` field equals its integer (a point without
-    the field matches), and (when set) its chunk_index is at least `min_chunk_index`.
+    the field matches), (when set) its chunk_index is at least `min_chunk_index`, and its
+    turn_time (microseconds) is at least `min_turn_time` and at most `max_turn_time`.
     """
 
     must: tuple[tuple[str, str], ...]
     must_not_in: tuple[tuple[str, tuple[str, ...]], ...] = ()
     min_chunk_index: int | None = None
     must_not_number: tuple[tuple[str, int], ...] = ()
+    min_turn_time: int | None = None
+    max_turn_time: int | None = None
 
 
 def scope_filter(scope: SearchScope) -> FilterSpec:
@@ -305,6 +310,18 @@ def owner_filter(
     if conversation_id is not None:
         must.append((CONVERSATION_ID, conversation_id))
     return FilterSpec(must=tuple(must))
+
+
+def near_filter(
+    tenant_id: str, principal_id: str, conversation_id: str, turn_time: datetime, side: str
+) -> FilterSpec:
+    """The conversation's chunks of a time at most (side "before") or at least ("after")
+    `turn_time`: what `places_near` orders by time from it."""
+    micros = to_epoch_micros(turn_time)
+    spec = owner_filter(tenant_id, principal_id, conversation_id)
+    if side == "before":
+        return FilterSpec(must=spec.must, max_turn_time=micros)
+    return FilterSpec(must=spec.must, min_turn_time=micros)
 
 
 def stale_keywords_filter(version: int, owner: Owner = EVERYONE) -> FilterSpec:

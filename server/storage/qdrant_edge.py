@@ -56,6 +56,7 @@ from typing import Any
 
 from qdrant_edge import (
     CountRequest,
+    Direction,
     Distance,
     EdgeConfig,
     EdgeShard,
@@ -69,6 +70,7 @@ from qdrant_edge import (
     Modifier,
     MultiVectorComparator,
     MultiVectorConfig,
+    OrderBy,
     PayloadSchemaType,
     PayloadSelector,
     Point,
@@ -104,6 +106,7 @@ from server.storage.chunk_index import (
     PAYLOAD_INDEXES,
     PLACE_FIELDS,
     PLACES_PAGE,
+    TURN_TIME,
     ChunkIndexError,
     ChunkIndexLockedError,
     FilterSpec,
@@ -115,6 +118,7 @@ from server.storage.chunk_index import (
     chunk_place,
     chunks_by_turn,
     first_per_turn,
+    near_filter,
     owner_filter,
     point_id,
     scope_filter,
@@ -200,6 +204,10 @@ def _filter(spec: FilterSpec) -> Filter:
     must: list[Any] = [FieldCondition(key, match=MatchValue(value)) for key, value in spec.must]
     if spec.min_chunk_index is not None:
         must.append(FieldCondition(CHUNK_INDEX, range=RangeFloat(gte=spec.min_chunk_index)))
+    if spec.min_turn_time is not None or spec.max_turn_time is not None:
+        # Microseconds since 1970 are below 2**53: exact as the engine's float bounds.
+        bounds = RangeFloat(gte=spec.min_turn_time, lte=spec.max_turn_time)
+        must.append(FieldCondition(TURN_TIME, range=bounds))
     must_not: list[Any] = [
         FieldCondition(key, match=MatchAny(list(values))) for key, values in spec.must_not_in
     ]
@@ -483,6 +491,32 @@ class QdrantEdgeChunkIndex:
             return {}
         records = self._shard.retrieve(ids, True, False)
         return chunks_by_turn(tenant_id, principal_id, (dict(r.payload or {}) for r in records))
+
+    @_engine_errors()
+    def places_near(
+        self,
+        tenant_id: str,
+        principal_id: str,
+        conversation_id: str,
+        turn_time: datetime,
+        limit: int,
+    ) -> tuple[list[ChunkPlace], list[ChunkPlace]]:
+        """Two scrolls ordered by turn_time (its payload index): down from `turn_time`, and up
+        from it."""
+        sides = []
+        for side, direction in (("before", Direction.Desc), ("after", Direction.Asc)):
+            spec = near_filter(tenant_id, principal_id, conversation_id, turn_time, side)
+            records, _next = self._shard.scroll(
+                ScrollRequest(
+                    limit=limit,
+                    filter=_filter(spec),
+                    with_payload=PayloadSelector.Include(list(PLACE_FIELDS)),
+                    with_vector=False,
+                    order_by=OrderBy(TURN_TIME, direction),
+                )
+            )
+            sides.append([chunk_place(r.payload or {}) for r in records])
+        return sides[0], sides[1]
 
     @_engine_errors()
     def conversation_places(

@@ -111,6 +111,7 @@ from server.storage.chunk_index import (
     PLACES_PAGE,
     PRINCIPAL_ID,
     TURN_KEY,
+    TURN_TIME,
     ChunkIndexError,
     FilterSpec,
     IndexKind,
@@ -120,6 +121,7 @@ from server.storage.chunk_index import (
     chunk_payload,
     chunk_place,
     chunks_by_turn,
+    near_filter,
     owner_filter,
     point_id,
     scope_filter,
@@ -212,6 +214,9 @@ def _filter(spec: FilterSpec) -> qm.Filter:
     ]
     if spec.min_chunk_index is not None:
         must.append(qm.FieldCondition(key=CHUNK_INDEX, range=qm.Range(gte=spec.min_chunk_index)))
+    if spec.min_turn_time is not None or spec.max_turn_time is not None:
+        bounds = qm.Range(gte=spec.min_turn_time, lte=spec.max_turn_time)
+        must.append(qm.FieldCondition(key=TURN_TIME, range=bounds))
     must_not: list[qm.Condition] = [
         qm.FieldCondition(key=key, match=qm.MatchAny(any=list(values)))
         for key, values in spec.must_not_in
@@ -509,6 +514,31 @@ class QdrantServerChunkIndex:
                 self._collection, ids=list(ids), with_payload=True, with_vectors=False
             )
         return chunks_by_turn(tenant_id, principal_id, (dict(r.payload or {}) for r in records))
+
+    def places_near(
+        self,
+        tenant_id: str,
+        principal_id: str,
+        conversation_id: str,
+        turn_time: datetime,
+        limit: int,
+    ) -> tuple[list[ChunkPlace], list[ChunkPlace]]:
+        """Two scrolls ordered by turn_time (its range index): down from `turn_time`, and up
+        from it."""
+        sides = []
+        with self._lock, _unavailable_as_domain_error():
+            for side, direction in (("before", qm.Direction.DESC), ("after", qm.Direction.ASC)):
+                spec = near_filter(tenant_id, principal_id, conversation_id, turn_time, side)
+                records, _next = self._client.scroll(
+                    self._collection,
+                    scroll_filter=_filter(spec),
+                    limit=limit,
+                    order_by=qm.OrderBy(key=TURN_TIME, direction=direction),
+                    with_payload=list(PLACE_FIELDS),
+                    with_vectors=False,
+                )
+                sides.append([chunk_place(r.payload or {}) for r in records])
+        return sides[0], sides[1]
 
     def conversation_places(
         self, tenant_id: str, principal_id: str, conversation_id: str

@@ -99,6 +99,19 @@ class TracedChunkIndex:
         with self._span("conversation_places"):
             return self._index.conversation_places(tenant_id, principal_id, conversation_id)
 
+    def places_near(
+        self,
+        tenant_id: str,
+        principal_id: str,
+        conversation_id: str,
+        turn_time: datetime,
+        limit: int,
+    ) -> tuple[Sequence[ChunkPlace], Sequence[ChunkPlace]]:
+        with self._span("places_near"):
+            return self._index.places_near(
+                tenant_id, principal_id, conversation_id, turn_time, limit
+            )
+
     def stale_keyword_chunks(
         self, version: int, limit: int, owner: Owner = EVERYONE
     ) -> Sequence[StoredChunk]:

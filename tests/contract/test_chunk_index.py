@@ -477,6 +477,26 @@ def test_conversation_places_are_every_chunk_of_that_conversation_only(
     assert index.conversation_places("t1", "ana", "nothing") == []
 
 
+def test_places_near_a_time_are_the_nearest_each_way_in_time_order(index: ChunkIndex) -> None:
+    minute = timedelta(minutes=1)
+    times = [T0 + minute * n for n in (0, 1, 1, 1, 2, 3, 5)]  # three turns share minute 1
+    for n, when in enumerate(times):
+        index.upsert_turn(key(turn=f"u{n}"), when, [replace(chunk(0, "a"), turn_order=n)])
+    index.upsert_turn(key(conv="c2", turn="x"), T0 + minute, [chunk(0, "b")])  # not this one's
+    before, after = index.places_near("t1", "ana", "c1", T0 + minute * 2, 3)
+    assert [p.turn_time for p in before] == [T0 + 2 * minute, T0 + minute, T0 + minute]
+    assert {p.turn_id for p in before[1:]} < {"u1", "u2", "u3"}  # equal times: any two
+    assert [(p.turn_id, p.turn_order) for p in after] == [("u4", 4), ("u5", 5), ("u6", 6)]
+    before, after = index.places_near("t1", "ana", "c1", T0 + minute, 10)
+    assert sorted(p.turn_id for p in before) == ["u0", "u1", "u2", "u3"]
+    assert before[-1].turn_id == "u0"
+    assert sorted(p.turn_id for p in after[:3]) == ["u1", "u2", "u3"]
+    assert [p.turn_id for p in after[3:]] == ["u4", "u5", "u6"]
+    before, after = index.places_near("t1", "ana", "c1", T0 - minute, 5)
+    assert before == []
+    assert [p.turn_id for p in after][::4] == ["u0", "u4"]
+
+
 def test_the_reindexer_encodes_each_chunk_with_its_neighbours(index: ChunkIndex) -> None:
     """Representation 3 from older chunks: a chunk's keyword vector also holds the words of
     the chunks before and after it in its conversation (not another conversation's)."""

@@ -126,6 +126,7 @@ def edge_operations(index: QdrantEdgeChunkIndex) -> dict[str, Callable[[], objec
         "count": lambda: index.count("t1", "ana"),
         "turn_chunks": lambda: index.turn_chunks("t1", "ana", [("c1", "u1")]),
         "conversation_places": lambda: index.conversation_places("t1", "ana", "c1"),
+        "places_near": lambda: index.places_near("t1", "ana", "c1", T0, 5),
         "stale_keyword_chunks": lambda: index.stale_keyword_chunks(0, 10),
         "count_stale_keyword_chunks": lambda: index.count_stale_keyword_chunks(0),
         "set_keyword_vectors": lambda: index.set_keyword_vectors(
@@ -147,7 +148,7 @@ def test_every_operation_on_a_closed_embedded_index_is_store_unavailable(tmp_pat
             operation()
         reasons[name] = raised.value.reason
     assert reasons == dict.fromkeys(reasons, ErrorReason.STORE_UNAVAILABLE)
-    assert len(reasons) == 12
+    assert len(reasons) == 13
 
 
 def test_an_embedded_index_whose_directory_is_gone_is_store_unavailable(tmp_path: Path) -> None:

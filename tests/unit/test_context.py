@@ -1,19 +1,24 @@
 """The keyword context of a chunk: the conversation's order and the weighted neighbours.
 
 The order and the vectors are pure rules (server/domain/context.py, keywords.py); the
-reading from a real index is tested in tests/contract/test_chunk_index.py and through the
-indexer in tests/unit/test_indexer.py.
+window read around a turn is checked against the whole conversation on the real embedded
+index here, the reads themselves on every engine in tests/contract/test_chunk_index.py, and
+the indexer's use in tests/unit/test_indexer.py.
 """
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
-from server.domain.context import conversation_order
+from server.domain import context as context_module
+from server.domain.context import KeywordContext, conversation_order
 from server.domain.keywords import CONTEXT_WEIGHT, KeywordEncoder, _index
-from server.domain.model import ChunkPlace
+from server.domain.model import ChunkPlace, IndexedChunk, TurnKey
+from server.storage.qdrant_edge import QdrantEdgeChunkIndex
 
 ENCODER = KeywordEncoder()
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
@@ -68,3 +73,48 @@ def test_neighbours_count_at_the_context_weight_and_add_to_shared_terms() -> Non
     assert vector[_index("saw")] == pytest.approx(alone[_index("saw")])
     assert vector[_index("lake")] < vector[_index("saw")]  # a neighbour's word counts less
     assert set(vector) == set(alone) | set(around)
+
+
+@pytest.mark.parametrize("near", [2, 8, 32])
+def test_the_window_around_a_turn_finds_the_same_neighbours_as_the_whole_conversation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, near: int
+) -> None:
+    """Random conversations with many equal times and turns of several chunks, on the real
+    embedded index: the vectors `turn_updates` writes from a small window (or, where the
+    window cannot tell, from the whole conversation) equal those from the whole conversation."""
+    rng = random.Random(near)
+    index = QdrantEdgeChunkIndex(tmp_path / "chunks", 4, "m")
+    reads = []
+    whole = index.conversation_places
+    monkeypatch.setattr(index, "conversation_places", lambda *a: reads.append(a) or whole(*a))
+    try:
+        keys = []
+        for n in range(40):
+            when = T0 + timedelta(minutes=rng.randrange(25))  # equal times are common
+            key = TurnKey("t", "ana", "c1", f"u{n}")
+            chunks = [
+                IndexedChunk(
+                    i,
+                    f"turn {n} part {i} word{n}x{i}",
+                    ((1.0, 0.0, 0.0, 0.0),),
+                    ENCODER.encode_document("x"),
+                    turn_order=n,
+                )
+                for i in range(rng.choice([1, 1, 1, 2, 3]))
+            ]
+            index.upsert_turn(key, when, chunks)
+            keys.append((key, when))
+        context = KeywordContext(index, ENCODER)
+        for key, when in keys:
+            monkeypatch.setattr(context_module, "NEAR_PLACES", near)
+            windowed = context.turn_updates(key, when)
+            monkeypatch.setattr(context_module, "NEAR_PLACES", 10**6)
+            exact = context.turn_updates(key, when)
+            assert sorted(windowed, key=str) == sorted(exact, key=str), key
+        if near == 2:  # a window this small never holds two chunks each side of a turn
+            assert len(reads) == len(keys)
+        else:  # the window answered, and at 8 it sometimes could not
+            assert len(reads) < len(keys)
+            assert reads or near == 32
+    finally:
+        index.close()

@@ -66,6 +66,17 @@ class Index:
         self.calls.append(f"places {conversation_id}")
         return [ChunkPlace("x", 0, T, 1)]
 
+    def places_near(
+        self,
+        tenant_id: str,
+        principal_id: str,
+        conversation_id: str,
+        turn_time: datetime,
+        limit: int,
+    ) -> tuple[Sequence[ChunkPlace], Sequence[ChunkPlace]]:
+        self.calls.append(f"near {conversation_id} {limit}")
+        return [ChunkPlace("x", 0, T, 1)], []
+
     def count_stale_keyword_chunks(self, version: int, owner: Owner = EVERYONE) -> int:
         return 3
 
@@ -110,6 +121,7 @@ def test_everything_but_search_passes_through() -> None:
     assert one.stale_keyword_chunks(2, 5, Owner("t", "p")) == []
     assert one.count_stale_keyword_chunks(2) == 3
     assert one.conversation_places("t", "p", "c") == [ChunkPlace("x", 0, T, 1)]
+    assert one.places_near("t", "p", "c", T, 4) == ([ChunkPlace("x", 0, T, 1)], [])
     one.set_keyword_vectors([], 2)
     one.close()
     assert index.calls == [
@@ -120,6 +132,7 @@ def test_everything_but_search_passes_through() -> None:
         "stale 2 5 None",
         "stale 2 5 p",
         "places c",
+        "near c 4",
         "set 0 2",
         "close",
     ]
