@@ -74,6 +74,7 @@ from serve_embedder import EMBEDDERS, build_embedder
 
 from server.domain.chunking import turn_text
 from server.domain.keywords import KeywordEncoder, keyword_document
+from server.domain.model import SparseVector
 from server.domain.ports import Embedder
 from server.domain.search import MIN_RETRIEVAL_TURNS
 
@@ -195,8 +196,6 @@ class Lab:
         self.keywords = KeywordEncoder()
         self._dense: dict[str, list[list[Vector]]] = {}
         self._keyword: dict[tuple[str, str], list[Vector]] = {}
-        self._own: list[list[SparseDoc]] | None = None
-        self._context: dict[tuple[int, int], list[list[SparseDoc]]] = {}
         self._query_terms = [
             [self.keywords.encode_query(q.text).indices for q in p.questions] for p in principals
         ]
@@ -239,18 +238,20 @@ class Lab:
         return self._keyword[variant, idf_scope]
 
     def _sparse(self, text: str) -> SparseDoc:
-        v = self.keywords.encode_document(text)
+        return self._vector(self.keywords.encode_document(text))
+
+    @staticmethod
+    def _vector(v: SparseVector) -> SparseDoc:
         return dict(zip(v.indices, v.values, strict=True))
 
     def keyword_documents(self, variant: str) -> list[list[SparseDoc]]:
         """Per principal, per turn: the keyword vector indexed under `variant`.
 
         A text variant is encoded as one document. A weighted context `ctx<b>+<a>@<w>` is
-        keyword representation 3 as the service builds it: the BM25 weights of the turn's own
-        keyword document (`keyword_document`: its date, then its text) plus w times the BM25
-        weights of its context, the text of up to b turns before and a after it in the same
-        conversation joined by a blank line and encoded as ONE document (no date), summed
-        term by term."""
+        keyword representation 3 built by the service's own `KeywordEncoder.encode_in_context`
+        with weight w instead of CONTEXT_WEIGHT: the turn's own keyword document
+        (`keyword_document`: its date, then its text) with, as context, the text of up to b
+        turns before and a after it in the same conversation."""
         shape = context_variant(variant)
         if shape is None:
             return [
@@ -258,34 +259,19 @@ class Lab:
                 for p in self.principals
             ]
         before, after, weight = shape
-        if self._own is None:
-            self._own = [
-                [
-                    self._sparse(keyword_document(turn_text(t.question, t.answer), t.turn_time))
-                    for t in p.turns
-                ]
-                for p in self.principals
+        return [
+            [
+                self._vector(
+                    self.keywords.encode_in_context(
+                        keyword_document(turn_text(t.question, t.answer), t.turn_time),
+                        neighbours(p.turns, i, before, after) if weight else (),
+                        weight,
+                    )
+                )
+                for i, t in enumerate(p.turns)
             ]
-        if (before, after) not in self._context:
-            context = []
-            for p in self.principals:
-                docs = []
-                for i in range(len(p.turns)):
-                    text = "\n\n".join(x for x in neighbours(p.turns, i, before, after) if x)
-                    docs.append(self._sparse(text) if text else {})
-                context.append(docs)
-            self._context[before, after] = context
-        out = []
-        for own_docs, context_docs in zip(self._own, self._context[before, after], strict=True):
-            docs = []
-            for own, ctx in zip(own_docs, context_docs, strict=True):
-                d = dict(own)
-                if weight:
-                    for term, value in ctx.items():
-                        d[term] = d.get(term, 0.0) + weight * value
-                docs.append(d)
-            out.append(docs)
-        return out
+            for p in self.principals
+        ]
 
 
 # ------------------------------------------------------------------ fusion

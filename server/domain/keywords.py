@@ -133,10 +133,13 @@ class KeywordEncoder:
             values=tuple(tf * (BM25_K1 + 1) / (tf + norm) for _, tf in items),
         )
 
-    def encode_in_context(self, own: str, context: Sequence[str]) -> SparseVector:
+    def encode_in_context(
+        self, own: str, context: Sequence[str], weight: float = CONTEXT_WEIGHT
+    ) -> SparseVector:
         """A chunk's keyword vector with context: the BM25 weights of `own` (its keyword
-        document) plus CONTEXT_WEIGHT times those of its neighbours' texts, encoded together
-        as one document, term by term. Without context it is `encode_document(own)`."""
+        document) plus `weight` times those of its neighbours' texts, encoded together as one
+        document, term by term. Without context it is `encode_document(own)`. (Only the
+        search lab, bench/search_levers.py, passes another weight than CONTEXT_WEIGHT.)"""
         vector = self.encode_document(own)
         around = "\n\n".join(text for text in context if text)
         if not around:
@@ -144,7 +147,7 @@ class KeywordEncoder:
         weights = dict(zip(vector.indices, vector.values, strict=True))
         extra = self.encode_document(around)
         for index, value in zip(extra.indices, extra.values, strict=True):
-            weights[index] = weights.get(index, 0.0) + CONTEXT_WEIGHT * value
+            weights[index] = weights.get(index, 0.0) + weight * value
         items = sorted(weights.items())
         return SparseVector(indices=tuple(i for i, _ in items), values=tuple(v for _, v in items))
 
