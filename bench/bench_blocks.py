@@ -89,7 +89,7 @@ from procs import (
     software_line,
 )
 
-from server.config import Settings
+from server.runtime.settings import Settings
 
 GHZ_EXTRA_TIMEOUT_S = 30.0  # on top of a run's own duration
 WARMUP_REQUESTS = 400
@@ -403,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     population = Population(args.principals, args.empty_principals)
     calls = [r for r in rpcs(population) if not args.only or r.label in args.only]
-    # What the server derives from this environment (a dict, as in server/__main__.py, since
+    # What the server derives from this environment (a dict, as in server/runtime/cli.py, since
     # mypy does not see the environment-filled defaults of a pydantic BaseSettings).
     overrides: dict[str, Any] = {"listen": f"{HOST}:0"}
     settings = Settings(**overrides)

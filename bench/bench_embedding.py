@@ -2,7 +2,7 @@
 
 What it measures
 ----------------
-``OnnxMiniLmEmbedder`` (server/storage/embedding.py) runs all-MiniLM-L6-v2 on onnxruntime in
+``OnnxMiniLmEmbedder`` (server/adapters/embedding/minilm.py) runs all-MiniLM-L6-v2 on onnxruntime in
 the server process. Its cost bounds two things: the latency a search adds before the engine
 is even asked (one query embedding per ``SearchConversations``), and how fast the indexing
 worker can drain the outbox (chunks of up to 4,000 characters, each embedded as several
@@ -49,8 +49,8 @@ from tokenizers import Tokenizer
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from server.storage import onnx_minilm  # noqa: E402  (after the path insert)
-from server.storage.embedding import OnnxMiniLmEmbedder, packaged_model_dir  # noqa: E402
+from server.adapters.embedding import minilm_graph as onnx_minilm  # noqa: E402  (after the path insert)
+from server.adapters.embedding.minilm import OnnxMiniLmEmbedder, packaged_model_dir  # noqa: E402
 
 SEED = 20240601
 CHUNK_CHARS = 4_000

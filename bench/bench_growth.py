@@ -34,7 +34,7 @@ adapter's point layout (ids, payload, vector names). The dense side only ever sc
 filtered principal's points, so random windows elsewhere cost a query what real ones would.
 
 Vector indexing: the collections keep the configuration the adapter creates (no global HNSW
-graph, links per large principal: server/storage/qdrant_server.py, HNSW_CONFIG; the optimizer
+graph, links per large principal: server/adapters/qdrant/server.py, HNSW_CONFIG; the optimizer
 builds immutable segments as a collection grows), the Qdrant server gets two optimizer threads
 for the bulk load, and every measurement waits until the server has applied every update (its
 update queue is empty and the exact point count is the one written) and its optimizers are
@@ -114,10 +114,9 @@ from memoria.v1 import conversation_search_service_pb2 as cs_pb
 from memoria.v1 import conversation_search_service_pb2_grpc as cs_grpc
 from memoria.v1 import memory_block_service_pb2 as mb_pb
 from memoria.v1 import memory_block_service_pb2_grpc as mb_grpc
-from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder, keyword_document
-from server.domain.model import IndexedChunk, TurnKey
-from server.domain.search import MIN_RETRIEVAL_TURNS
-from server.storage.chunk_index import (
+from server.adapters.embedding.minilm import DIMENSION, OnnxMiniLmEmbedder
+from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
+from server.adapters.qdrant.layout import (
     DENSE_VECTOR,
     KEYWORD_VECTOR,
     KEYWORD_VERSION_FIELD,
@@ -127,9 +126,10 @@ from server.storage.chunk_index import (
     chunk_payload,
     point_id,
 )
-from server.storage.embedding import DIMENSION, OnnxMiniLmEmbedder
-from server.storage.qdrant_edge import QdrantEdgeChunkIndex
-from server.storage.qdrant_server import QdrantServerChunkIndex
+from server.adapters.qdrant.server import QdrantServerChunkIndex
+from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder, keyword_document
+from server.domain.model import IndexedChunk, TurnKey
+from server.domain.search import MIN_RETRIEVAL_TURNS
 
 SEARCH_SERVICE = "memoria.v1.ConversationSearchService"
 BLOCK_SERVICE = "memoria.v1.MemoryBlockService"

@@ -4,7 +4,7 @@ What it measures
 ----------------
 A render that names its turn also records the block version for that turn (one INSERT in its
 own transaction, which checks the conversation's tombstone in the same statement; see
-server/storage/inspections.py). A render without a turn reference must cost what it did. This
+server/adapters/sql/inspections.py). A render without a turn reference must cost what it did. This
 script starts one real ``memoria serve`` process (the embedded SQLite default), gives 50
 principals a block of about 600 characters, and drives it with ``ghz`` through reflection,
 interleaving in every round:

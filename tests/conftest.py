@@ -28,12 +28,12 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
+from server.adapters.sql import migrate
+from server.adapters.sql.blocks import SqlMemoryStore
+from server.adapters.sql.cache import CachedMemoryStore
+from server.adapters.sql.database import SqlDatabase
+from server.adapters.sql.engine import create_store_engine, sqlite_url
 from server.domain.ports import MemoryStore
-from server.storage import migrate
-from server.storage.cache import CachedMemoryStore
-from server.storage.database import SqlDatabase
-from server.storage.engine import create_store_engine, sqlite_url
-from server.storage.sql import SqlMemoryStore
 from tests.embedding_endpoint import EmbeddingEndpoint, embedding_endpoint
 from tests.fakes import InMemoryMemoryStore
 from tests.postgres_server import OwnPostgres, free_port, pg_urls

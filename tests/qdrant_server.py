@@ -31,8 +31,8 @@ from pathlib import Path
 import httpx
 from qdrant_client import QdrantClient
 
-from server.config import Settings
-from server.storage.qdrant_server import server_client
+from server.adapters.qdrant.server import server_client
+from server.runtime.settings import Settings
 from tests.postgres_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +49,7 @@ class QdrantEndpoint:
     grpc_port: int
 
     def client(self, *, prefer_grpc: bool = True) -> QdrantClient:
-        """A client as Memoria's own (server/app.py) makes one."""
+        """A client as Memoria's own (server/runtime/app.py) makes one."""
         return server_client(self.url, grpc_port=self.grpc_port, prefer_grpc=prefer_grpc)
 
     def env(self) -> dict[str, str]:

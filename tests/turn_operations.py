@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from server.adapters.sql.database import SqlDatabase
+from server.adapters.sql.turns import SqlTurnStore
+from server.adapters.sql.unit_of_work import SqlUnitsOfWork
 from server.domain import conversations
 from server.domain.model import AcceptOutcome, Erasure, NewAuditEvent, NewTurn
-from server.storage.database import SqlDatabase
-from server.storage.turns import SqlTurnStore
-from server.storage.unit_of_work import SqlUnitsOfWork
 
 
 class TurnOperations:

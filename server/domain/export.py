@@ -3,7 +3,8 @@
 The person's right of access and portability: settings, memory block, audit events, every
 accepted turn with its text (from the chunk index once indexed, from the queue before) and the
 ids of deleted conversations. `memoria export` writes the pages as JSON Lines and `memoria
-import` replays them into another deployment through the ordinary RPCs (server/cli_export.py).
+import` replays them into another deployment through the ordinary RPCs
+(server/runtime/export_cli.py).
 
 Rules:
 - The caller's own data only. No existing rule lets anyone read another principal's block or

@@ -11,7 +11,7 @@ Rules:
   inspection is asked for, and a hit whose conversation is deleted (tombstoned, or its
   chunks already purged) is left out: a deleted conversation's text never comes back here.
   Records of a deleted conversation are removed with it, and a principal's with its erasure
-  (server/storage/turns.py, in the same transactions).
+  (server/adapters/sql/turns.py, in the same transactions).
 - Records are kept for `retention` (30 days by default): older ones are never shown, and a
   background loop removes them (`purge_once`, run by the index worker).
 - An unknown turn has an empty inspection, not an error (like an absent block).

@@ -1,4 +1,4 @@
-"""The ports the domain needs from storage, as Protocols. Adapters live in server/storage."""
+"""The ports the domain needs from storage, as Protocols. Adapters live in server/adapters."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class MemoryStore(Protocol):
 
         This is the render path's read, on every turn: adapters make it as cheap as they can.
         It may lag a write committed by another server by the moment that server takes to
-        tell this one (a cache, server/storage/cache.py), never a write made through this
+        tell this one (a cache, server/adapters/sql/cache.py), never a write made through this
         store; so a write decides on it and `apply` or `confirm` checks the decision.
         """
         ...

@@ -22,7 +22,8 @@ module changes what a waiting call costs and who pays when there are too many:
   a connection with fewer (a well-behaved caller's requests arrive in microseconds, so it holds
   none) is still let in, up to a hard ceiling of twice `max_receiving`. HTTP/2 itself caps one
   connection's streams (`grpc.max_concurrent_streams`, set by the server), so a client must
-  open many connections to try, and idle ones are closed (app.py sets the channel arguments).
+  open many connections to try, and idle ones are closed (server/runtime/app.py sets the channel
+  arguments).
 - **Long-lived streams run on their own threads.** Health Watch and server reflection go to a
   pool of their own (`max_streams` at once, then RESOURCE_EXHAUSTED), so they never occupy a
   thread that serves calls, and a stream waiting for its next message is bounded as above.
@@ -58,7 +59,7 @@ REAP_TICK_SECONDS = 0.25
 
 @dataclass(frozen=True)
 class Limits:
-    """The admission limits (configured in server/config.py, documented in the README)."""
+    """The admission limits (configured in server/runtime/settings.py, documented in the README)."""
 
     executing: int
     max_receiving: int

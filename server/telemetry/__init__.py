@@ -18,7 +18,7 @@ Export is OTLP, configured only by the standard `OTEL_*` environment variables: 
 `OTEL_EXPORTER_OTLP_PROTOCOL` says. Otherwise nothing is built at all: no SDK, no wrapper,
 no interceptor, so telemetry that is off costs nothing per call.
 
-Everything here is wired once by the composition root (`server/app.py`); no global tracer
+Everything here is wired once by the composition root (`server/runtime/app.py`); no global tracer
 or meter provider is installed, so several servers in one process (the tests) each keep
 their own.
 

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class OutboxReading(Protocol):
-    """One reading of the outbox (server/storage/turns.py's OutboxStats is one)."""
+    """One reading of the outbox (server/adapters/sql/turns.py's OutboxStats is one)."""
 
     @property
     def pending(self) -> int:

@@ -156,7 +156,7 @@ class Telemetry:
 
 
 class InstrumentableSql(Protocol):
-    """What `Telemetry.instrument_sql` needs of a SQL store (server/storage/sql.py's
+    """What `Telemetry.instrument_sql` needs of a SQL store (server/adapters/sql/blocks.py's
     SqlMemoryStore is one): its SQLAlchemy engine, and a hook around its one-statement
     calls."""
 

@@ -18,10 +18,10 @@ from memoria.v1 import (
     conversation_search_service_pb2_grpc,
     memory_block_service_pb2_grpc,
 )
-from server.app import Running, start
-from server.config import Settings
+from server.adapters.embedding.minilm import OnnxMiniLmEmbedder
 from server.domain.ports import ChunkIndex, Embedder
-from server.storage.embedding import OnnxMiniLmEmbedder
+from server.runtime.app import Running, start
+from server.runtime.settings import Settings
 from server.telemetry import Telemetry
 from tests.conftest import SQL_KINDS, PgDatabase
 

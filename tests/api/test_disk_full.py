@@ -33,13 +33,13 @@ from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
+from server.adapters.sql import migrate
+from server.adapters.sql.blocks import SqlMemoryStore
+from server.adapters.sql.database import SqlDatabase
+from server.adapters.sql.engine import create_store_engine
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.memory import MemoryBlocks
 from server.domain.model import Identity, Writer
-from server.storage import migrate
-from server.storage.database import SqlDatabase
-from server.storage.engine import create_store_engine
-from server.storage.sql import SqlMemoryStore
 from tests.api.conftest import error_info
 from tests.conftest import APP_ROLE
 from tests.postgres_server import OwnPostgres, free_port

@@ -23,8 +23,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
-from server.app import build_embedder, start
-from server.config import Settings
+from server.runtime.app import build_embedder, start
+from server.runtime.settings import Settings
 from tests.api.conftest import expect_error, shared_embedder, start_server
 from tests.embedding_endpoint import SECRET_BODY, EmbeddingEndpoint, Fault
 from tests.processes import clean_env, failed_in_one_line

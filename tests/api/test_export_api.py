@@ -16,8 +16,8 @@ from memoria.v1 import audit_service_pb2 as audit_pb
 from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as block_service_pb
-from server.__main__ import main
-from server.cli_export import export_lines, import_records, parse_lines
+from server.runtime.cli import main
+from server.runtime.export_cli import export_lines, import_records, parse_lines
 from tests.api.conftest import Api, expect_error, server_settings, serving
 from tests.api.test_search_api import index
 

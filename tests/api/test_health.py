@@ -1,4 +1,4 @@
-"""Health through a real PostgreSQL outage (DESIGN 5; server/health.py).
+"""Health through a real PostgreSQL outage (DESIGN 5; server/runtime/health.py).
 
 The server runs on a PostgreSQL cluster of this test's own (scripts/pg.sh with its own
 MEMORIA_PG_DIR and MEMORIA_PG_PORT: the suite's shared cluster serves other tests meanwhile),
@@ -29,14 +29,14 @@ from memoria.v1 import audit_service_pb2 as audit_pb
 from memoria.v1 import conversation_search_service_pb2 as search_pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
-from server.config import Settings
-from server.health import (
+from server.runtime.health import (
     AUDIT_SERVICE,
     LIVENESS,
     MEMORY_BLOCK_SERVICE,
     OVERALL,
     SEARCH_SERVICE,
 )
+from server.runtime.settings import Settings
 from tests.api.conftest import Api, error_info, expect_error, serving
 from tests.api.test_audit_api import all_events
 from tests.postgres_server import OwnPostgres
@@ -255,7 +255,7 @@ def test_a_postgresql_outage_turns_health_not_serving_and_loses_no_accepted_writ
     outage_api: Api, own_postgres: OwnPostgres, caplog: pytest.LogCaptureFixture
 ) -> None:
     api = outage_api
-    caplog.set_level(logging.INFO, logger="server.health")
+    caplog.set_level(logging.INFO, logger="server.runtime.health")
     ledger = Ledger()
     assert check_all(api) == dict.fromkeys(EVERY_SERVICE, SERVING)
 
@@ -357,7 +357,7 @@ def test_a_postgresql_outage_turns_health_not_serving_and_loses_no_accepted_writ
     assert text("racer") == racer_events[-1]  # the block is the last recorded write
 
     # Each transition was logged once, not once per probe.
-    messages = [r.getMessage() for r in caplog.records if r.name == "server.health"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "server.runtime.health"]
     assert sum("sql store unreachable" in m for m in messages) == 2, messages
     assert sum("sql store reachable again" in m for m in messages) == 2, messages
     assert check_all(api) == dict.fromkeys(EVERY_SERVICE, SERVING)

@@ -28,7 +28,7 @@ from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
-from server.storage.qdrant_edge import QdrantEdgeChunkIndex
+from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
 from tests.api.conftest import shared_embedder
 from tests.conftest import SQL_KINDS, PgDatabase
 from tests.processes import MEMORIA, clean_env, wait_for_port

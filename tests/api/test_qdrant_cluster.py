@@ -26,7 +26,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from memoria.v1 import conversation_search_service_pb2 as pb
-from server.health import SEARCH_SERVICE
+from server.runtime.health import SEARCH_SERVICE
 from tests.api.conftest import Api, error_info, server_settings, serving
 from tests.api.test_qdrant_server import CALL_TIMEOUT_S, found, index_turn
 from tests.conftest import REQUIRE_QDRANT

@@ -24,7 +24,7 @@ from memoria.v1 import audit_service_pb2 as audit_pb
 from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as block_service_pb
-from server.health import AUDIT_SERVICE, MEMORY_BLOCK_SERVICE, SEARCH_SERVICE
+from server.runtime.health import AUDIT_SERVICE, MEMORY_BLOCK_SERVICE, SEARCH_SERVICE
 from tests.api.conftest import Api, expect_error, server_settings, serving
 from tests.conftest import REQUIRE_QDRANT
 from tests.postgres_server import free_port

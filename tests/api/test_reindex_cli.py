@@ -11,9 +11,9 @@ import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
+from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import EncodedQuery, IndexedChunk, Owner, SearchScope, TurnKey
-from server.storage.qdrant_edge import QdrantEdgeChunkIndex
 from tests.api.conftest import shared_embedder
 from tests.processes import MEMORIA, clean_env, failed_in_one_line
 

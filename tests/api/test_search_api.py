@@ -20,9 +20,9 @@ from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as block_service_pb
 from memoria.v1 import memory_block_service_pb2_grpc as block_grpc
+from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import EncodedQuery, IndexedChunk, SearchScope, TurnKey
-from server.storage.qdrant_edge import QdrantEdgeChunkIndex
 from tests.api.conftest import (
     Api,
     expect_error,

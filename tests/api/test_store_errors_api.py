@@ -23,7 +23,7 @@ from memoria.v1 import (
 from memoria.v1 import (
     memory_block_service_pb2 as blocks_pb,
 )
-from server.storage.qdrant_edge import QdrantEdgeChunkIndex
+from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
 from tests.api.conftest import expect_error, server_settings, shared_embedder, start_server
 
 WHO = [("x-memoria-tenant", "t-broken"), ("x-memoria-principal", "ana")]

@@ -27,8 +27,8 @@ from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
-from server.app import Running
-from server.storage.turns import SqlTurnStore
+from server.adapters.sql.turns import SqlTurnStore
+from server.runtime.app import Running
 from server.telemetry import JsonFormatter, build_telemetry, setup_telemetry
 from tests.api.conftest import server_settings, start_server
 from tests.api.test_search_api import ts

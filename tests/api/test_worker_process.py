@@ -19,7 +19,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
-from server.storage.qdrant_server import QdrantServerChunkIndex
+from server.adapters.qdrant.server import QdrantServerChunkIndex
 from tests.api.conftest import shared_embedder
 from tests.api.test_lifecycle import START_TIMEOUT_S, _env
 from tests.conftest import PgDatabase
@@ -141,7 +141,7 @@ def test_a_separate_worker_indexes_and_survives_a_kill_mid_turn(
     finally:
         index.close()
     # qdrant-client 1.20 would warn that it is "incompatible" with server 1.18 in every
-    # process; Memoria's own check (server/storage/qdrant_server.py) logs a tested version
+    # process; Memoria's own check (server/adapters/qdrant/server.py) logs a tested version
     # once, at info level.
     for log in (server_log, first_log, second_log):
         text = log.read_text(errors="replace")

@@ -1,4 +1,4 @@
-"""`memoria serve --workers 2`: two serving processes on one port (server/processes.py).
+"""`memoria serve --workers 2`: two serving processes on one port (server/runtime/processes.py).
 
 The group runs on the suite's PostgreSQL and the suite's real Qdrant server (a collection of
 this module's own, on the server's non-standard ports), since the embedded stores allow one

@@ -31,6 +31,21 @@ import pytest
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
+from server.adapters import qdrant_edge, qdrant_server
+from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
+from server.adapters.qdrant.layout import (
+    ChunkIndexError,
+    ChunkIndexLockedError,
+    EmbeddingMismatchError,
+    point_id,
+    turn_key,
+    turn_of_point,
+)
+from server.adapters.qdrant.server import (
+    QdrantServerChunkIndex,
+    check_server_version,
+    version_verdict,
+)
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import (
@@ -43,21 +58,6 @@ from server.domain.model import (
 )
 from server.domain.ports import ChunkIndex
 from server.domain.reindex import KeywordReindexer
-from server.storage import qdrant_edge, qdrant_server
-from server.storage.chunk_index import (
-    ChunkIndexError,
-    ChunkIndexLockedError,
-    EmbeddingMismatchError,
-    point_id,
-    turn_key,
-    turn_of_point,
-)
-from server.storage.qdrant_edge import QdrantEdgeChunkIndex
-from server.storage.qdrant_server import (
-    QdrantServerChunkIndex,
-    check_server_version,
-    version_verdict,
-)
 from tests.qdrant_server import QdrantEndpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -565,7 +565,7 @@ def test_another_model_or_dimension_is_refused(opener: Opener, index: ChunkIndex
 
 
 def test_check_passes_on_an_open_index(index: ChunkIndex) -> None:
-    """The health monitor's probe (server/health.py): cheap, and no effect on the data."""
+    """The health monitor's probe (server/runtime/health.py): cheap, and no effect on the data."""
     index.upsert_turn(key(), T0, [chunk(0, "omega", E0)])
     index.check()
     assert index.count("t1", "ana") == 1
@@ -700,7 +700,7 @@ def test_edge_upsert_survives_a_killed_process(tmp_path: Path) -> None:
         from datetime import UTC, datetime
         from pathlib import Path
         from server.domain.model import IndexedChunk, SparseVector, TurnKey
-        from server.storage.qdrant_edge import QdrantEdgeChunkIndex
+        from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
         index = QdrantEdgeChunkIndex(Path({str(tmp_path / "chunks")!r}), {DIM}, {MODEL!r})
         vector = (1.0,) + (0.0,) * {DIM - 1}
         chunks = [IndexedChunk(i, "phi", (vector,), SparseVector((7,), (1.0,))) for i in range(3)]

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, text
 
+from server.adapters.sql.blocks import SqlMemoryStore
+from server.adapters.sql.inspections import BufferedInspectionStore, SqlInspectionStore
+from server.adapters.sql.tables import turn_inspections
 from server.domain.model import (
     AuditAction,
     InspectedHit,
@@ -23,9 +26,6 @@ from server.domain.model import (
     Writer,
 )
 from server.domain.ports import InspectionStore
-from server.storage.inspections import BufferedInspectionStore, SqlInspectionStore
-from server.storage.sql import SqlMemoryStore
-from server.storage.tables import turn_inspections
 from tests.conftest import make_store
 from tests.fakes import InMemoryInspectionStore
 from tests.turn_operations import TurnOperations

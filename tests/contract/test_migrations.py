@@ -8,9 +8,9 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from server.storage import migrate
-from server.storage.engine import create_store_engine, sqlite_url
-from server.storage.tables import metadata
+from server.adapters.sql import migrate
+from server.adapters.sql.engine import create_store_engine, sqlite_url
+from server.adapters.sql.tables import metadata
 from tests.conftest import PgDatabase
 
 

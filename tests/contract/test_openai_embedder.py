@@ -12,13 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from server.domain.errors import ErrorReason, MemoriaError
-from server.domain.ports import Embedder
-from server.storage.openai_embedding import (
+from server.adapters.embedding.endpoint import (
     EndpointConfig,
     EndpointFailure,
     OpenAiEmbedder,
 )
+from server.domain.errors import ErrorReason, MemoriaError
+from server.domain.ports import Embedder
 from tests.api.conftest import shared_embedder
 from tests.embedding_endpoint import SECRET_BODY, EmbeddingEndpoint, Fault
 

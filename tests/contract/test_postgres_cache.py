@@ -15,15 +15,15 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from server.domain.model import AuditAction, Change, NewAuditEvent, StoredBlock, Writer
-from server.storage.cache import (
+from server.adapters.sql.blocks import SqlMemoryStore
+from server.adapters.sql.cache import (
     LISTENER_APPLICATION_NAME,
     CachedMemoryStore,
     PostgresChangeListener,
 )
-from server.storage.database import SqlDatabase
-from server.storage.engine import CHANGE_CHANNEL, create_store_engine
-from server.storage.sql import SqlMemoryStore
+from server.adapters.sql.database import SqlDatabase
+from server.adapters.sql.engine import CHANGE_CHANNEL, create_store_engine
+from server.domain.model import AuditAction, Change, NewAuditEvent, StoredBlock, Writer
 from tests.conftest import PgDatabase
 
 pytestmark = pytest.mark.postgres

@@ -19,10 +19,10 @@ import pytest
 from psycopg.types.json import Json
 from sqlalchemy.engine import make_url
 
+from server.adapters.sql.blocks import SqlMemoryStore
+from server.adapters.sql.database import SqlDatabase
+from server.adapters.sql.engine import create_store_engine
 from server.domain.errors import ErrorReason, MemoriaError
-from server.storage.database import SqlDatabase
-from server.storage.engine import create_store_engine
-from server.storage.sql import SqlMemoryStore
 from tests.conftest import PgDatabase
 
 pytestmark = pytest.mark.postgres

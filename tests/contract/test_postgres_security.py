@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
+from server.adapters.sql.blocks import SqlMemoryStore
+from server.adapters.sql.database import SqlDatabase
 from server.domain.model import AuditAction, NewAuditEvent, NewTurn, StoredBlock, TurnKey, Writer
-from server.storage.database import SqlDatabase
-from server.storage.sql import SqlMemoryStore
 from tests.conftest import PgDatabase
 from tests.turn_operations import TurnOperations
 

@@ -3,7 +3,7 @@ that a collection of an earlier release's configuration keeps working.
 
 The adapter creates collections without a global HNSW graph (`m=0`) and with per-principal
 links (`payload_m`), and builds HNSW links only for the principal_id payload index (see
-server/storage/qdrant_server.py, HNSW_CONFIG). What could go wrong with that, checked here on
+server/adapters/qdrant/server.py, HNSW_CONFIG). What could go wrong with that, checked here on
 the real engine (the session's server, tests/qdrant_server.py; a collection per test):
 - the server does not keep the configuration (read back from the collection's info);
 - a principal too large for a full scan is searched on a graph that has no links for it, and
@@ -25,8 +25,7 @@ import pytest
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
-from server.domain.model import EncodedQuery, IndexedChunk, SearchScope, SparseVector, TurnKey
-from server.storage.chunk_index import (
+from server.adapters.qdrant.layout import (
     DENSE_VECTOR,
     KEYWORD_VECTOR,
     PAYLOAD_INDEXES,
@@ -35,7 +34,8 @@ from server.storage.chunk_index import (
     TURN_KEY,
     ModelRecord,
 )
-from server.storage.qdrant_server import HNSW_CONFIG, QdrantServerChunkIndex
+from server.adapters.qdrant.server import HNSW_CONFIG, QdrantServerChunkIndex
+from server.domain.model import EncodedQuery, IndexedChunk, SearchScope, SparseVector, TurnKey
 from tests.qdrant_server import QdrantEndpoint
 
 pytestmark = pytest.mark.qdrant

@@ -1,4 +1,4 @@
-"""The SQL store's health probe (`SqlMemoryStore.check`, used by server/health.py).
+"""The SQL store's health probe (`SqlMemoryStore.check`, used by server/runtime/health.py).
 
 It passes on a live store (SQLite and PostgreSQL). On a PostgreSQL cluster of this test's own,
 stopped and started again: it fails while the database is down, the first probe after the
@@ -13,11 +13,11 @@ import time
 
 import pytest
 
+from server.adapters.sql.blocks import SqlMemoryStore
+from server.adapters.sql.database import SqlDatabase
+from server.adapters.sql.engine import create_store_engine
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.model import AuditQuery
-from server.storage.database import SqlDatabase
-from server.storage.engine import create_store_engine
-from server.storage.sql import SqlMemoryStore
 from tests.postgres_server import OwnPostgres
 
 PROBE_BOUND_S = 5.0

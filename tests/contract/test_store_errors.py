@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
+from server.adapters.sql.blocks import SqlMemoryStore
+from server.adapters.sql.database import SqlDatabase
+from server.adapters.sql.engine import create_store_engine, sqlite_url
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.model import (
     AuditAction,
@@ -37,10 +41,6 @@ from server.domain.model import (
     TurnKey,
     Writer,
 )
-from server.storage.database import SqlDatabase
-from server.storage.engine import create_store_engine, sqlite_url
-from server.storage.qdrant_edge import QdrantEdgeChunkIndex
-from server.storage.sql import SqlMemoryStore
 from tests.turn_operations import TurnOperations
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

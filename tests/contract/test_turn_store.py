@@ -8,6 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select
 
+from server.adapters.sql.blocks import SqlMemoryStore
+from server.adapters.sql.tables import conversation_turns
+from server.adapters.sql.turns import SqlTurnStore
 from server.domain.model import (
     AcceptOutcome,
     AuditAction,
@@ -19,9 +22,6 @@ from server.domain.model import (
     TurnKey,
     Writer,
 )
-from server.storage.sql import SqlMemoryStore
-from server.storage.tables import conversation_turns
-from server.storage.turns import SqlTurnStore
 from tests.turn_operations import TurnOperations
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)

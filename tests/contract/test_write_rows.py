@@ -1,4 +1,4 @@
-"""What a write carries is declared once (`write_rows`, server/storage/sql.py) and stored
+"""What a write carries is declared once (`write_rows`, server/adapters/sql/blocks.py) and stored
 whole by every store: every field of an audit event round-trips on each of them, PostgreSQL's
 `memoria_write()` and its plain path included, and the rows name exactly the tables' columns.
 
@@ -13,6 +13,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from server.adapters.sql.blocks import SqlMemoryStore, write_rows
+from server.adapters.sql.database import SqlDatabase
+from server.adapters.sql.engine import create_store_engine
+from server.adapters.sql.tables import audit_events, memory_blocks, memory_settings
 from server.domain.model import (
     AuditAction,
     AuditQuery,
@@ -24,10 +28,6 @@ from server.domain.model import (
     Writer,
 )
 from server.domain.ports import MemoryStore
-from server.storage.database import SqlDatabase
-from server.storage.engine import create_store_engine
-from server.storage.sql import SqlMemoryStore, write_rows
-from server.storage.tables import audit_events, memory_blocks, memory_settings
 from tests.conftest import PgDatabase
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from server.adapters.sql.cache import CachedMemoryStore, ExactCache
 from server.domain.model import (
     AuditAction,
     Change,
@@ -15,7 +16,6 @@ from server.domain.model import (
     StoredBlock,
     Writer,
 )
-from server.storage.cache import CachedMemoryStore, ExactCache
 from tests.fakes import InMemoryMemoryStore
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from server.__main__ import _settings
-from server.config import Settings, is_loopback, listen_host
+from server.runtime.cli import _settings
+from server.runtime.settings import Settings, is_loopback, listen_host
 
 HS256_SECRET = "config-test-jwt-secret-0123456789abcdef"
 
@@ -231,7 +231,7 @@ def test_unknown_memoria_variables_are_reported_but_tooling_ones_are_not() -> No
 
 
 def test_embedded_page_token_key_survives_a_restart(tmp_path: Path) -> None:
-    from server.app import page_token_key
+    from server.runtime.app import page_token_key
 
     settings = Settings(data_dir=tmp_path)
     first = page_token_key(settings)

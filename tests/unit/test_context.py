@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
 from server.domain import context as context_module
 from server.domain.context import KeywordContext, conversation_order
 from server.domain.keywords import CONTEXT_WEIGHT, KeywordEncoder, _index
 from server.domain.model import ChunkPlace, IndexedChunk, TurnKey
-from server.storage.qdrant_edge import QdrantEdgeChunkIndex
 
 ENCODER = KeywordEncoder()
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""The free-space watermark (server/storage/disk.py) and the stores' disk-full answers.
+"""The free-space watermark (server/adapters/disk.py) and the stores' disk-full answers.
 
 FreeSpace on a fake statvfs and clock: the watermark, the cached reading and its refresh, the
 STORAGE_FULL error and the one-line start-up refusal. A real SQLite database that runs out of
@@ -16,10 +16,15 @@ import psycopg.errors
 import pytest
 from sqlalchemy import event
 
+from server.adapters.disk import DiskShort, FreeSpace, MiB, startup_refusal, storage_full
+from server.adapters.sql import migrate
+from server.adapters.sql.blocks import SqlMemoryStore
+from server.adapters.sql.database import SqlDatabase, store_unavailable
+from server.adapters.sql.engine import create_store_engine, sqlite_url
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.memory import MemoryBlocks
 from server.domain.model import Identity, Writer
-from server.health import (
+from server.runtime.health import (
     AUDIT_SERVICE,
     MEMORY_BLOCK_SERVICE,
     NOT_SERVING,
@@ -29,11 +34,6 @@ from server.health import (
     HealthMonitor,
     store_dependencies,
 )
-from server.storage import migrate
-from server.storage.database import SqlDatabase, store_unavailable
-from server.storage.disk import DiskShort, FreeSpace, MiB, startup_refusal, storage_full
-from server.storage.engine import create_store_engine, sqlite_url
-from server.storage.sql import SqlMemoryStore
 from tests.unit.test_health import Recorder
 
 GiB = 1024 * MiB

@@ -24,9 +24,8 @@ import onnx
 import pytest
 from safetensors.numpy import load_file
 
-from server.domain.ports import Embedder
-from server.storage import onnx_minilm
-from server.storage.embedding import (
+from server.adapters.embedding import minilm_graph as onnx_minilm
+from server.adapters.embedding.minilm import (
     DIMENSION,
     WINDOW_OVERLAP,
     WINDOW_WORD_PIECES,
@@ -34,6 +33,7 @@ from server.storage.embedding import (
     packaged_model_dir,
     window_spans,
 )
+from server.domain.ports import Embedder
 
 REFERENCE = Path(__file__).resolve().parents[1] / "vectors" / "minilm_reference.json"
 MIN_COSINE = 0.9999
@@ -247,7 +247,7 @@ def test_onnxruntime_records_no_usage_telemetry(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"}
     env["HOME"] = str(tmp_path)
     code = (
-        "from server.storage.embedding import OnnxMiniLmEmbedder\n"
+        "from server.adapters.embedding.minilm import OnnxMiniLmEmbedder\n"
         "OnnxMiniLmEmbedder().embed_query('hello')\n"
     )
     subprocess.run(

@@ -1,5 +1,5 @@
 """The external embeddings endpoint's settings (MEMORIA_EMBEDDING_*) and the windows its
-embedder cuts texts into (server/storage/openai_embedding.py)."""
+embedder cuts texts into (server/adapters/embedding/endpoint.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from server.config import Settings
-from server.storage.openai_embedding import char_windows, window_spans
+from server.adapters.embedding.endpoint import char_windows, window_spans
+from server.runtime.settings import Settings
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from server.health import (
+from server.runtime.health import (
     AUDIT_SERVICE,
     LIVENESS,
     MEMORY_BLOCK_SERVICE,
@@ -169,7 +169,7 @@ def test_transitions_are_logged_and_reported_once_not_every_probe(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
     monitor = rig.monitor()
-    caplog.set_level(logging.INFO, logger="server.health")
+    caplog.set_level(logging.INFO, logger="server.runtime.health")
     monitor.probe_once()
     rig.sql.error = ConnectionRefusedError("connection refused\nsecond line")
     for _ in range(3):

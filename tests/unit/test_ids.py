@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.config import Settings
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.ids import IDENTITY_MAX_CHARS, identity_value_problem
 from server.domain.model import Identity
 from server.rpc.auth import JwtAuthenticator, JwtSettings, TrustedHeaders
+from server.runtime.settings import Settings
 
 ADMIN = "memoria-admin"
 SECRET = "unit-test-hs256-secret-0123456789abcdef"

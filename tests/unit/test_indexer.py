@@ -17,6 +17,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
+from server.adapters.sql import migrate
+from server.adapters.sql.blocks import SqlMemoryStore
+from server.adapters.sql.database import SqlDatabase
+from server.adapters.sql.engine import create_store_engine, sqlite_url
+from server.adapters.sql.tables import conversation_turns
+from server.adapters.sql.turns import SqlTurnStore
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import (
@@ -29,13 +36,6 @@ from server.domain.model import (
     TurnKey,
 )
 from server.domain.search import MAX_INDEX_ATTEMPTS, OUTAGE_RETRY_DELAY, Indexer
-from server.storage import migrate
-from server.storage.database import SqlDatabase
-from server.storage.engine import create_store_engine, sqlite_url
-from server.storage.qdrant_edge import QdrantEdgeChunkIndex
-from server.storage.sql import SqlMemoryStore
-from server.storage.tables import conversation_turns
-from server.storage.turns import SqlTurnStore
 from tests.turn_operations import TurnOperations
 
 DIM = 8

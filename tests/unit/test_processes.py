@@ -10,10 +10,10 @@ from concurrent import futures
 import grpc
 import pytest
 
-from server.__main__ import _parser
-from server.__main__ import _settings as _cli_settings
-from server.config import Settings
-from server.processes import refusal, reserve_port
+from server.runtime.cli import _parser
+from server.runtime.cli import _settings as _cli_settings
+from server.runtime.processes import refusal, reserve_port
+from server.runtime.settings import Settings
 
 
 def _grpc_server(reuseport: int) -> grpc.Server:

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from server.adapters.secret_detector import DetectSecretsDetector
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.memory import MemoryBlocks
 from server.domain.model import Identity, Writer
 from server.domain.secrets import SecretFinding, redact_secrets, refuse_secrets
-from server.storage.secret_detector import DetectSecretsDetector
 from tests.fakes import InMemoryMemoryStore
 
 DETECTOR = DetectSecretsDetector()

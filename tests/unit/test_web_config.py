@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from server.config import Settings
 from server.rpc.web import grpc_target
+from server.runtime.settings import Settings
 
 SECRET = "a-test-secret-of-at-least-32-bytes!!"
 

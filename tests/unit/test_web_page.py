@@ -8,9 +8,9 @@ from pathlib import Path
 
 from starlette.testclient import TestClient
 
-from server.app import SERVICE_NAMES
-from server.config import Settings
 from server.rpc.web import Gateway
+from server.runtime.app import SERVICE_NAMES
+from server.runtime.settings import Settings
 
 
 def _gateway(page_dir: Path) -> Gateway:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from server.worker import IndexWorker
+from server.runtime.worker import IndexWorker
 
 
 class IdleIndexer:

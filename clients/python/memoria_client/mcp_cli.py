@@ -33,7 +33,7 @@ def _parse_listen(listen: str) -> tuple[str, int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of `memoria mcp` (also used by `server/__main__.py`)."""
+    """The flags of `memoria mcp` (also used by `server/runtime/cli.py`)."""
     parser.epilog = (
         "Identity over stdio: MEMORIA_MCP_TOKEN=<jwt> in the environment (Memoria in jwt "
         "mode), or --tenant and --principal (trusted headers). Over http: each caller's "

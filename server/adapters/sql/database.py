@@ -1,7 +1,7 @@
 """The SQL database every SQL adapter shares: engines and pools, transactions, one-statement
 calls, the probe, and how a failure of the database becomes the caller's error.
 
-The memory store (sql.py), the turn queue (turns.py), the inspector's records
+The memory store (blocks.py), the turn queue (turns.py), the inspector's records
 (inspections.py) and the units of work that span them (unit_of_work.py) all run on one
 `SqlDatabase`; none reaches into another's internals.
 """
@@ -25,9 +25,13 @@ import psycopg.errors
 from psycopg.adapt import PyFormat
 from sqlalchemy import Connection, Engine, exc, text
 
+from server.adapters.disk import FreeSpace
+from server.adapters.sql.engine import (
+    KEY_SEPARATOR,
+    WRITE_OPTION,
+    create_postgres_autocommit_engine,
+)
 from server.domain.errors import ErrorReason, MemoriaError, StorageFull
-from server.storage.disk import FreeSpace
-from server.storage.engine import KEY_SEPARATOR, WRITE_OPTION, create_postgres_autocommit_engine
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +167,7 @@ class SqlDatabase:
     def __init__(
         self, engine: Engine, origin: str | None = None, *, space: FreeSpace | None = None
     ):
-        """`space`: the embedded data dir's free-space watermark (server/storage/disk.py);
+        """`space`: the embedded data dir's free-space watermark (server/adapters/disk.py);
         while it is short, writes that add data are refused with STORAGE_FULL."""
         self._engine = engine
         self.space = space

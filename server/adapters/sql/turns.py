@@ -26,6 +26,10 @@ from typing import Any
 from sqlalchemy import Connection, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from server.adapters.sql.cache import ExactCache
+from server.adapters.sql.database import SqlDatabase, as_utc, store_errors
+from server.adapters.sql.engine import WRITE_OPTION
+from server.adapters.sql.tables import conversation_tombstones, conversation_turns
 from server.domain.model import (
     ClaimedTurn,
     ConversationPurge,
@@ -33,10 +37,6 @@ from server.domain.model import (
     Tombstone,
     TurnKey,
 )
-from server.storage.cache import ExactCache
-from server.storage.database import SqlDatabase, as_utc, store_errors
-from server.storage.engine import WRITE_OPTION
-from server.storage.tables import conversation_tombstones, conversation_turns
 
 _t, _z = conversation_turns, conversation_tombstones
 PENDING, INDEXED, FAILED = "pending", "indexed", "failed"
@@ -93,7 +93,7 @@ _UPSERT_TURN = {"postgresql": _upsert_turn(postgresql), "sqlite": _upsert_turn(s
 
 def upsert_turn_statement(dialect_name: str) -> Any:
     """Insert a turn, or replace a queued or indexed one: new text, next version, queued
-    (the unit of work's `turns.put`, server/storage/unit_of_work.py)."""
+    (the unit of work's `turns.put`, server/adapters/sql/unit_of_work.py)."""
     return _UPSERT_TURN[dialect_name]
 
 

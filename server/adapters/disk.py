@@ -21,8 +21,8 @@ stop while free space is below a watermark, well before the engines meet a full 
 - a server that starts below the watermark refuses to start, in one line (`startup_refusal`).
 
 Where it is checked: `SqlMemoryStore.apply` (for a change that writes a block or settings),
-the unit of work's `turns.put` (server/storage/unit_of_work.py, accepting a turn), and
-`IndexWorker` before each batch (server/worker.py).
+the unit of work's `turns.put` (server/adapters/sql/unit_of_work.py, accepting a turn), and
+`IndexWorker` before each batch (server/runtime/worker.py).
 
 The check is on the write path, so a reading is cached: `os.statvfs` costs about 2 µs and
 releases the GIL (a hand-off to another thread under load), a cached answer about 0.2 µs
@@ -81,7 +81,7 @@ class FreeSpace:
 
     Thread-safe without a lock: a reading is an immutable value replaced whole; two threads
     refreshing at once both take a true reading. It logs nothing: the health monitor probes it
-    every second and logs each transition once (server/health.py).
+    every second and logs each transition once (server/runtime/health.py).
     """
 
     def __init__(

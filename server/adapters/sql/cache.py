@@ -20,9 +20,9 @@ from typing import Generic, Protocol, TypeVar
 import psycopg
 from cachetools import LRUCache, TTLCache
 
+from server.adapters.sql.engine import CHANGE_CHANNEL, KEY_SEPARATOR
 from server.domain.model import AuditEvent, AuditQuery, Change, PrincipalMemory
 from server.domain.ports import MemoryStore
-from server.storage.engine import CHANGE_CHANNEL, KEY_SEPARATOR
 
 log = logging.getLogger(__name__)
 

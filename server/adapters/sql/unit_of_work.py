@@ -18,11 +18,11 @@ from typing import Any
 
 from sqlalchemy import delete, exists, select
 
+from server.adapters.sql.blocks import MemoryRows
+from server.adapters.sql.database import SqlDatabase, SqlTransaction
+from server.adapters.sql.tables import conversation_tombstones, conversation_turns, turn_inspections
+from server.adapters.sql.turns import PENDING, upsert_turn_statement
 from server.domain.model import NewAuditEvent, NewTurn, PrincipalMemory
-from server.storage.database import SqlDatabase, SqlTransaction
-from server.storage.sql import MemoryRows
-from server.storage.tables import conversation_tombstones, conversation_turns, turn_inspections
-from server.storage.turns import PENDING, upsert_turn_statement
 
 _t, _z, _i = conversation_turns, conversation_tombstones, turn_inspections
 

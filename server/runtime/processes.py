@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from server.config import Settings, listen_host
+from server.runtime.settings import Settings, listen_host
 
 log = logging.getLogger(__name__)
 

@@ -113,7 +113,7 @@ class Settings(BaseSettings):
         "all-MiniLM-L6-v2", description="in-process embedding model when embedding_url is unset"
     )
     # An external OpenAI-compatible embeddings endpoint instead of the in-process model
-    # (server/storage/openai_embedding.py). The collection records `openai:<model>:<dim>`,
+    # (server/adapters/embedding/endpoint.py). The collection records `openai:<model>:<dim>`,
     # so index and query time use one model and a server with another refuses to start.
     embedding_url: str | None = Field(
         None, description="OpenAI-compatible API base, e.g. https://api.openai.com/v1; unset: local"
@@ -184,7 +184,7 @@ class Settings(BaseSettings):
     # thread waits out each round trip, so with the database across a network, raise it
     # (deploy/kubernetes sets 8).
     threads: int = Field(4, ge=1, le=256, description="gRPC worker threads")
-    # N serving processes on one port (server/processes.py): one process uses one core.
+    # N serving processes on one port (server/runtime/processes.py): one process uses one core.
     # Named `processes` (--processes, MEMORIA_PROCESSES) so that "worker" means one thing, the
     # indexing workers (`memoria worker`, MEMORIA_INDEX_WORKER_THREADS); its first names,
     # --workers and MEMORIA_WORKERS, are kept as aliases for the deployments that use them.
@@ -199,7 +199,7 @@ class Settings(BaseSettings):
     max_receive_message_bytes: int = Field(1 << 20, ge=16 << 10)
     max_send_message_bytes: int = Field(16 << 20, ge=1 << 20)
     shutdown_grace_seconds: float = Field(10, ge=0, le=300)
-    # The embedded stores' free-space watermark (server/storage/disk.py): below the larger of
+    # The embedded stores' free-space watermark (server/adapters/disk.py): below the larger of
     # the two, writes that add data are refused with STORAGE_FULL and a start is refused.
     disk_min_free_bytes: int = Field(
         256 << 20, ge=0, description="embedded: refuse writes below this many free bytes"

@@ -1,11 +1,11 @@
-"""Alembic environment: runs migrations on the engine handed over by server.storage.migrate."""
+"""Alembic environment: runs migrations on the engine handed over by server.adapters.sql.migrate."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import Engine
 
-from server.storage.tables import metadata
+from server.adapters.sql.tables import metadata
 
 engine: Engine = context.config.attributes["engine"]
 with engine.connect() as connection:

@@ -42,6 +42,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import BindParameter
 
+from server.adapters.sql.database import SqlDatabase, SqlTransaction, as_utc
+from server.adapters.sql.tables import audit_events, memory_blocks, memory_settings
 from server.domain.model import (
     AuditAction,
     AuditEvent,
@@ -53,8 +55,6 @@ from server.domain.model import (
     StoredSettings,
     Writer,
 )
-from server.storage.database import SqlDatabase, SqlTransaction, as_utc
-from server.storage.tables import audit_events, memory_blocks, memory_settings
 
 _READ_PRINCIPAL_PG = "SELECT * FROM memoria_read_principal(%s, %s)"
 _WRITE_PG = "SELECT memoria_write(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"

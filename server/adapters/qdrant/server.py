@@ -1,6 +1,6 @@
 """The chunk index on a Qdrant server or cluster, through qdrant-client (production).
 
-One collection holds every tenant's chunks (layout: chunk_index.py), with a keyword payload
+One collection holds every tenant's chunks (layout: layout.py), with a keyword payload
 index on tenant_id marked `is_tenant`, so the server stores each tenant's points together.
 Production builds its client with `server_client` (gRPC preferred, on a port of its own); the
 contract tests run on a real Qdrant server the suite starts (tests/qdrant_server.py) and on
@@ -40,7 +40,7 @@ Decisions:
   MemoriaError(STORE_UNAVAILABLE), like the SQL store's connection errors: nothing is changed
   and the caller may retry. Other errors propagate as they are.
 - Ports: the URL's port is the REST port; gRPC has a port of its own (qdrant-client's
-  `grpc_port`), which the settings derive or take as given (server/config.py). With
+  `grpc_port`), which the settings derive or take as given (server/runtime/settings.py). With
   `prefer_grpc=False` every call goes over REST to the URL's port.
 
 Differences in local mode (tests only), none of which changes the calls made:
@@ -87,21 +87,7 @@ from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ResponseHandlingException
 from qdrant_client.local.qdrant_local import QdrantLocal
 
-from server.domain.errors import ErrorReason, MemoriaError
-from server.domain.model import (
-    EVERYONE,
-    ChunkHit,
-    ChunkPlace,
-    EncodedQuery,
-    IndexedChunk,
-    Owner,
-    RetrievalResult,
-    SearchScope,
-    StoredChunk,
-    TurnKey,
-)
-from server.domain.model import SparseVector as DomainSparseVector
-from server.storage.chunk_index import (
+from server.adapters.qdrant.layout import (
     CHUNK_INDEX,
     DENSE_VECTOR,
     KEYWORD_VECTOR,
@@ -130,6 +116,20 @@ from server.storage.chunk_index import (
     stored_chunk,
     turn_point_ids,
 )
+from server.domain.errors import ErrorReason, MemoriaError
+from server.domain.model import (
+    EVERYONE,
+    ChunkHit,
+    ChunkPlace,
+    EncodedQuery,
+    IndexedChunk,
+    Owner,
+    RetrievalResult,
+    SearchScope,
+    StoredChunk,
+    TurnKey,
+)
+from server.domain.model import SparseVector as DomainSparseVector
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ Layout of the one collection (one for all tenants, DESIGN 4):
   encoding of tenant, principal, conversation and turn) whose last two bytes carry the chunk
   index. Writing a turn again therefore writes the same ids (idempotent re-indexing), and the
   turn of a hit can be read off its id without loading its payload (the embedded engine groups
-  hits by turn on the client; see qdrant_edge.py).
+  hits by turn on the client; see edge.py).
 - Payload: tenant_id, principal_id, conversation_id, turn_id, chunk_index (int), turn_time
   (int, microseconds since the Unix epoch, UTC: exact, ordered and engine-neutral), text,
   turn_key (the turn's UUID as a string: one keyword to group by and to delete by), and

@@ -2,7 +2,7 @@
 
 A record is one row of `turn_inspections` (migration 0008), in the same database as the turn
 queue, so a conversation's delete and a principal's erasure remove its records in their own
-transactions (server/storage/turns.py). A record is written in one statement that also checks
+transactions (server/adapters/sql/turns.py). A record is written in one statement that also checks
 the conversation's tombstone, so nothing is recorded for a deleted conversation. On
 PostgreSQL the write takes no principal lock (it changes nothing a writer decides on); on
 SQLite it queues on the store's one writer lock like every write.
@@ -29,6 +29,9 @@ from typing import Any
 
 from sqlalchemy import JSON, DateTime, bindparam, delete, select, text
 
+from server.adapters.qdrant.layout import from_epoch_micros, to_epoch_micros
+from server.adapters.sql.database import SqlDatabase, as_utc
+from server.adapters.sql.tables import turn_inspections
 from server.domain.model import (
     InspectedHit,
     RenderRecord,
@@ -36,9 +39,6 @@ from server.domain.model import (
     TurnKey,
     TurnRecords,
 )
-from server.storage.chunk_index import from_epoch_micros, to_epoch_micros
-from server.storage.database import SqlDatabase, as_utc
-from server.storage.tables import turn_inspections
 
 log = logging.getLogger(__name__)
 

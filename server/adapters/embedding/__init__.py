@@ -1,0 +1,1 @@
+"""Dense embedders behind the domain's `Embedder` port."""

@@ -1,0 +1,1 @@
+"""The process: settings, the composition root, serving and worker processes, health, the CLI."""

@@ -1,1 +1,0 @@
-"""Storage adapters: SQLAlchemy tables and repositories for SQLite and PostgreSQL, migrations."""
