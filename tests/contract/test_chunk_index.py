@@ -31,7 +31,8 @@ import pytest
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
-from server.adapters import qdrant_edge, qdrant_server
+from server.adapters.qdrant import edge as qdrant_edge
+from server.adapters.qdrant import server as qdrant_server
 from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
 from server.adapters.qdrant.layout import (
     ChunkIndexError,
