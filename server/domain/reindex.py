@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 class KeywordReindexer:
     """Encodes the keyword vectors of older-version chunks again, batch by batch: every
     tenant's (what the index worker runs), or one tenant's or principal's (`memoria reindex
-    --tenant T [--principal P]`, to bring one owner to the new representation first)."""
+    --only-tenant T [--only-principal P]`, to bring one owner to the new representation first)."""
 
     def __init__(
         self, index: ChunkIndex, keywords: KeywordEncoder, owner: Owner = EVERYONE

@@ -130,6 +130,12 @@ def build_authenticator(settings: Settings) -> Authenticator:
                     host or "every interface",
                 )
         return TrustedHeaders(admin_role=settings.admin_role)
+    return JwtAuthenticator(jwt_settings(settings))
+
+
+def jwt_settings(settings: Settings) -> JwtSettings:
+    """How this server verifies bearer tokens (key, algorithms, claims), from its settings;
+    also what `memoria token` signs with, so a minted token is one this server accepts."""
     key: Any
     algorithms: tuple[str, ...]
     if settings.jwt_hs256_secret is not None:
@@ -139,18 +145,16 @@ def build_authenticator(settings: Settings) -> Authenticator:
     else:
         assert settings.jwt_jwks_file is not None
         key, algorithms = load_jwks(settings.jwt_jwks_file), ("RS256", "ES256")
-    return JwtAuthenticator(
-        JwtSettings(
-            algorithms=settings.jwt_algorithms or algorithms,
-            key=key,
-            audience=settings.jwt_audience,
-            issuer=settings.jwt_issuer,
-            tenant_claim=settings.jwt_tenant_claim,
-            principal_claim=settings.jwt_principal_claim,
-            roles_claim=settings.jwt_roles_claim,
-            admin_role=settings.admin_role,
-            leeway_seconds=settings.jwt_leeway_seconds,
-        )
+    return JwtSettings(
+        algorithms=settings.jwt_algorithms or algorithms,
+        key=key,
+        audience=settings.jwt_audience,
+        issuer=settings.jwt_issuer,
+        tenant_claim=settings.jwt_tenant_claim,
+        principal_claim=settings.jwt_principal_claim,
+        roles_claim=settings.jwt_roles_claim,
+        admin_role=settings.admin_role,
+        leeway_seconds=settings.jwt_leeway_seconds,
     )
 
 

@@ -1,5 +1,7 @@
 """The `memoria` command: `serve` the gRPC service, run an indexing `worker`, `migrate` a
-database schema, serve the model's tools over MCP (`mcp`)."""
+database schema, `compact` or `reindex` the chunk index, and, as clients of a running server,
+serve the model's tools over MCP (`mcp`), `export` and `import` a person's data; `token` mints
+a token for trying jwt mode locally."""
 
 from __future__ import annotations
 
@@ -69,8 +71,17 @@ def _parser() -> argparse.ArgumentParser:
         "progress (servers and workers also do it in the background); embedded: server stopped",
     )
     reindex.add_argument("--data-dir", type=Path)
-    reindex.add_argument("--tenant", help="only this tenant's chunks (default: every tenant's)")
-    reindex.add_argument("--principal", help="only this principal's chunks (needs --tenant)")
+    # A scope, never named like an identity: --tenant/--principal say who calls, elsewhere.
+    reindex.add_argument(
+        "--only-tenant",
+        metavar="TENANT",
+        help="only this tenant's chunks (default: every tenant's)",
+    )
+    reindex.add_argument(
+        "--only-principal",
+        metavar="PRINCIPAL",
+        help="only this principal's chunks (needs --only-tenant)",
+    )
     reindex.add_argument("--qdrant-url", help="the Qdrant server, e.g. http://qdrant:6333")
     reindex.add_argument(
         "--qdrant-grpc-port", type=int, help="Qdrant gRPC port (default: the URL's port + 1)"
@@ -81,20 +92,26 @@ def _parser() -> argparse.ArgumentParser:
         "client of a running Memoria server",
     )
     _add_mcp_arguments(mcp)
-    from server.runtime import export_cli as cli_export
-
     exp = sub.add_parser(
         "export",
         help="write everything held about the caller as JSON Lines, as a client of a running "
         "server",
     )
-    cli_export.add_arguments(exp, importing=False)
     imp = sub.add_parser(
         "import",
-        help="load a `memoria export` file into the deployment at --addr, as the caller "
+        help="load a `memoria export` file into the deployment at --server, as the caller "
         "(idempotent)",
     )
-    cli_export.add_arguments(imp, importing=True)
+    _add_export_arguments(exp, imp)
+    from server.runtime import token_cli
+
+    token_cli.add_arguments(
+        sub.add_parser(
+            "token",
+            help="print a person's HS256 token signed with this deployment's jwt settings "
+            "(MEMORIA_JWT_HS256_SECRET), for trying jwt mode locally",
+        )
+    )
     mig = sub.add_parser("migrate", help="bring a database schema to the newest revision")
     mig.add_argument("--database-url", help="the schema owner's URL (default: the embedded one)")
     mig.add_argument("--data-dir", type=Path)
@@ -132,6 +149,20 @@ def _add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments(parser)
 
 
+def _add_export_arguments(export: argparse.ArgumentParser, load: argparse.ArgumentParser) -> None:
+    """`memoria export` and `memoria import` share the client package's connection flags
+    (memoria_client/connection.py); without that package every other command must still
+    parse, as for `memoria mcp`."""
+    try:
+        from server.runtime import export_cli
+    except ImportError:
+        export.set_defaults(client_missing=True)
+        load.set_defaults(client_missing=True)
+        return
+    export_cli.add_arguments(export, importing=False)
+    export_cli.add_arguments(load, importing=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.command == "mcp":  # a client of a Memoria server: none of the server's settings
@@ -146,6 +177,11 @@ def main(argv: list[str] | None = None) -> None:
         run(args)
         return
     if args.command in ("export", "import"):  # clients of a server, like mcp
+        if getattr(args, "client_missing", False):
+            sys.exit(
+                f"memoria {args.command}: needs the client package: "
+                "pip install -c requirements.lock ./clients/python"
+            )
         from server.runtime import export_cli as cli_export
 
         cli_export.main(args)
@@ -167,7 +203,11 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "compact":
             _compact(settings)
         elif args.command == "reindex":
-            _reindex(settings, _owner(args.tenant, args.principal))
+            _reindex(settings, _owner(args.only_tenant, args.only_principal))
+        elif args.command == "token":
+            from server.runtime import token_cli
+
+            token_cli.run(settings, args)
         elif args.process_index is None and settings.processes > 1:
             _serve_workers(settings, args)
         else:
@@ -227,8 +267,10 @@ def _owner(tenant: str | None, principal: str | None) -> Owner:
     from server.domain.model import Owner
 
     if principal is not None and tenant is None:
-        sys.exit("memoria reindex: --principal needs --tenant (a principal lives in a tenant)")
-    for flag, value in (("--tenant", tenant), ("--principal", principal)):
+        sys.exit(
+            "memoria reindex: --only-principal needs --only-tenant (a principal lives in a tenant)"
+        )
+    for flag, value in (("--only-tenant", tenant), ("--only-principal", principal)):
         if value is not None and (problem := identity_value_problem(value)):
             sys.exit(f"memoria reindex: {flag} {problem}")
     return Owner(tenant, principal)

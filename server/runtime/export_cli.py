@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -44,47 +43,29 @@ from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as blocks_pb
 from memoria.v1 import memory_block_service_pb2_grpc as blocks_grpc
+from memoria_client import connection
+from memoria_client.connection import Metadata
 
 FORMAT = "memoria-export/1"
 PAGE_SIZE = 500
-Metadata = tuple[tuple[str, str | bytes], ...]
 _KINDS = ("settings", "memory_block", "audit_event", "turn", "deleted_conversation")
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, importing: bool) -> None:
-    """The connection and identity flags shared by both commands."""
+    """The command's file argument, then the connection and identity flags every client
+    command shares (memoria_client/connection.py)."""
     if importing:
         parser.add_argument("file", help="a JSON Lines file written by `memoria export` (- stdin)")
     else:
         parser.add_argument("-o", "--output", default="-", help="file to write (default stdout)")
-    parser.add_argument(
-        "--addr",
-        default=os.environ.get("MEMORIA_ADDR", "127.0.0.1:50051"),
-        help="the server's HOST:PORT (default $MEMORIA_ADDR or 127.0.0.1:50051)",
-    )
-    parser.add_argument("--tenant", help="trusted-headers mode: x-memoria-tenant")
-    parser.add_argument("--principal", help="trusted-headers mode: x-memoria-principal")
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("MEMORIA_TOKEN"),
-        help="jwt mode: the bearer token (default $MEMORIA_TOKEN)",
-    )
+    connection.add_arguments(parser)
 
 
-def metadata(args: argparse.Namespace) -> Metadata:
-    """Call metadata naming the caller, from the flags."""
-    md: list[tuple[str, str | bytes]] = []
-    if args.token:
-        md.append(("authorization", f"Bearer {args.token}"))
-    if args.tenant:
-        md.append(("x-memoria-tenant", args.tenant))
-    if args.principal:
-        md.append(("x-memoria-principal", args.principal))
-    return tuple(md)
-
-
-def export_lines(channel: grpc.Channel, md: Metadata) -> Iterator[str]:
-    """The caller's export as JSON Lines (header first), page by page."""
+def export_lines(
+    channel: grpc.Channel, md: Metadata, counts: Counter[str] | None = None
+) -> Iterator[str]:
+    """The caller's export as JSON Lines (header first), page by page; each record's kind is
+    counted in `counts` when given."""
     stub = search_grpc.ConversationSearchServiceStub(channel)
     yield json.dumps({"kind": "header", "format": FORMAT})
     token = ""
@@ -94,6 +75,8 @@ def export_lines(channel: grpc.Channel, md: Metadata) -> Iterator[str]:
             metadata=md,
         )
         for record in page.records:
+            if counts is not None:
+                counts[record.WhichOneof("record") or ""] += 1
             yield record_line(record)
         token = page.next_page_token
         if not token:
@@ -197,15 +180,40 @@ def import_records(
     return done
 
 
+_WORDS = {
+    "memory_block": ("memory block", "memory blocks"),
+    "settings": ("settings", "settings"),
+    "audit_event": ("audit event", "audit events"),
+    "turn": ("turn", "turns"),
+    "deleted_conversation": ("deleted conversation", "deleted conversations"),
+}
+"""Each kind of record in the commands' summaries, one and many."""
+
+
+def _counted(count: int, kind: str) -> str:
+    one, many = _WORDS[kind]
+    return f"{count} {one if count == 1 else many}"
+
+
+def summary(counts: Counter[str], kinds: Iterable[str] = _WORDS) -> str:
+    """Records by kind, in words: "1 memory block, 1 settings, 12 audit events, ..."."""
+    return ", ".join(_counted(counts[kind], kind) for kind in kinds)
+
+
 def run_export(args: argparse.Namespace) -> None:
-    """`memoria export`: write the caller's data to a file or stdout."""
-    with grpc.insecure_channel(args.addr) as channel:
-        lines = export_lines(channel, metadata(args))
+    """`memoria export`: write the caller's data to a file or stdout, then say on stderr what
+    was written (stderr always: with `-o -` stdout carries the JSON Lines and nothing else)."""
+    counts: Counter[str] = Counter()
+    with connection.channel(args) as channel:
+        lines = export_lines(channel, connection.metadata(args), counts)
         if args.output == "-":
             _write(lines, sys.stdout)
+            sys.stdout.flush()
         else:
             with open(args.output, "w", encoding="utf-8") as out:
                 _write(lines, out)
+    where = "stdout" if args.output == "-" else args.output
+    print(f"memoria export: wrote {summary(counts)} to {where}", file=sys.stderr)
 
 
 def _write(lines: Iterator[str], out: IO[str]) -> None:
@@ -214,23 +222,32 @@ def _write(lines: Iterator[str], out: IO[str]) -> None:
 
 
 def run_import(args: argparse.Namespace) -> None:
-    """`memoria import FILE`: load an export into the deployment at --addr."""
+    """`memoria import FILE`: load an export into the deployment at --server, then say on
+    stderr what was loaded and what was left out (the audit events: see the module)."""
     if args.file == "-":
         records = parse_lines(sys.stdin)
     else:
         with open(args.file, encoding="utf-8") as source:
             records = parse_lines(source)
-    with grpc.insecure_channel(args.addr) as channel:
-        done = import_records(channel, metadata(args), records)
-    summary = ", ".join(f"{count} {kind}" for kind, count in sorted(done.items()))
-    print(f"memoria import: {summary}", file=sys.stderr)
+    with connection.channel(args) as channel:
+        done = import_records(channel, connection.metadata(args), records)
+    loaded = done.copy()
+    loaded["memory_block"] += done["memory_block unchanged"]
+    kinds = ("memory_block", "settings", "turn", "deleted_conversation")
+    message = f"memoria import: loaded {summary(loaded, kinds)}"
+    message += " from stdin" if args.file == "-" else f" from {args.file}"
+    if done["memory_block unchanged"]:
+        message += " (the memory block was unchanged)"
+    if skipped := done["audit_event skipped"]:
+        message += f"; left out {_counted(skipped, 'audit_event')}: the source's history"
+    print(message, file=sys.stderr)
 
 
 def main(args: argparse.Namespace) -> None:
     """Run the command; an RPC error becomes a one-line message with its reason."""
     try:
         run_import(args) if args.command == "import" else run_export(args)
-    except ValueError as error:
+    except (ValueError, OSError) as error:  # not an export file; a file that cannot be used
         sys.exit(f"memoria {args.command}: {error}")
     except grpc.RpcError as error:
         code = error.code().name if isinstance(error, grpc.Call) else "UNKNOWN"

@@ -147,28 +147,49 @@ def test_round_trip_into_a_fresh_server_and_idempotent_import(
         ]
 
 
-def test_the_commands_write_and_load_json_lines(
+def test_the_commands_write_and_load_json_lines_and_say_what_they_did(
     api: Api, request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fill(api, api.who("ana"))
     out = tmp_path / "ana.jsonl"
-    addr = f"127.0.0.1:{api.running.port}"
-    main(["export", "--addr", addr, "--tenant", api.tenant, "--principal", "ana", "-o", str(out)])
+    server = f"127.0.0.1:{api.running.port}"
+    main(
+        ["export", "--server", server, "--tenant", api.tenant, "--principal", "ana", "-o", str(out)]
+    )
     lines = out.read_text("utf-8").splitlines()
     assert json.loads(lines[0]) == {"kind": "header", "format": "memoria-export/1"}
     assert all("kind" in json.loads(line) for line in lines)
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert said.err == (
+        "memoria export: wrote 1 memory block, 1 settings, 4 audit events, 2 turns, "
+        f"1 deleted conversation to {out}\n"
+    )
+    # To stdout: the JSON Lines alone there (the old --addr still names the server).
+    main(["export", "--addr", server, "--tenant", api.tenant, "--principal", "ana", "-o", "-"])
+    said = capsys.readouterr()
+    assert said.out.splitlines() == lines
+    assert said.err.startswith("memoria export: wrote 1 memory block, ") and "to stdout" in said.err
     with serving(server_settings("sqlite", request, tmp_path / "target")) as target:
         taddr = f"127.0.0.1:{target.running.port}"
-        main(["import", str(out), "--addr", taddr, "--tenant", target.tenant, "--principal", "ana"])
-        assert "2 turn" in capsys.readouterr().err
+        who = ["--server", taddr, "--tenant", target.tenant, "--principal", "ana"]
+        main(["import", str(out), *who])
+        assert capsys.readouterr().err == (
+            "memoria import: loaded 1 memory block, 1 settings, 2 turns, 1 deleted conversation "
+            f"from {out}; left out 4 audit events: the source's history\n"
+        )
         block = target.blocks.GetMemoryBlock(
             block_service_pb.GetMemoryBlockRequest(), metadata=target.who("ana")
         ).memory_block
         assert block.text == "Preferred name: Ana\nUses Jira account ana-42"
+        main(["import", str(out), *who])  # again: nothing changes
+        assert "(the memory block was unchanged)" in capsys.readouterr().err
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"kind": "turn"}\n', "utf-8")
         with pytest.raises(SystemExit, match="not a memoria-export/1 header"):
-            main(["import", str(bad), "--addr", taddr, "--tenant", target.tenant])
+            main(["import", str(bad), "--server", taddr, "--tenant", target.tenant])
+        with pytest.raises(SystemExit, match=r"^memoria import: .*No such file"):
+            main(["import", str(tmp_path / "missing.jsonl"), *who])
 
 
 def test_an_erased_principal_exports_nothing(api: Api) -> None:

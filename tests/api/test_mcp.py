@@ -127,21 +127,22 @@ def trusted(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
         yield api
 
 
-def _stdio(api: Api, principal: str, *extra: str) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=str(MEMORIA),
-        args=[
-            "mcp",
-            "--target",
-            f"127.0.0.1:{api.running.port}",
-            "--tenant",
-            api.tenant,
-            "--principal",
-            principal,
-            *extra,
-        ],
-        cwd=str(ROOT),
-    )
+def _stdio(api: Api, principal: str, *, earlier_names: bool = False) -> StdioServerParameters:
+    """`memoria mcp` as an MCP host starts it: the server and the identity as flags, or, as a
+    host configured for an earlier release does, in the environment under the earlier names
+    (MEMORIA_MCP_TARGET, MEMORIA_MCP_TENANT, MEMORIA_MCP_PRINCIPAL), which keep working."""
+    server = f"127.0.0.1:{api.running.port}"
+    if earlier_names:
+        args = ["mcp"]
+        env = clean_env(
+            MEMORIA_MCP_TARGET=server,
+            MEMORIA_MCP_TENANT=api.tenant,
+            MEMORIA_MCP_PRINCIPAL=principal,
+        )
+    else:
+        args = ["mcp", "--server", server, "--tenant", api.tenant, "--principal", principal]
+        env = clean_env()
+    return StdioServerParameters(command=str(MEMORIA), args=args, env=env, cwd=str(ROOT))
 
 
 def test_stdio_serves_the_tools_and_the_prompt_section(trusted: Api) -> None:
@@ -158,7 +159,7 @@ def test_stdio_serves_the_tools_and_the_prompt_section(trusted: Api) -> None:
 def test_stdio_refuses_a_fourth_failed_write_in_a_turn_without_calling(trusted: Api) -> None:
     async def main() -> None:
         async with (
-            stdio_client(_stdio(trusted, "bo")) as (read, write),
+            stdio_client(_stdio(trusted, "bo", earlier_names=True)) as (read, write),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
@@ -184,7 +185,7 @@ def test_stdio_refuses_a_fourth_failed_write_in_a_turn_without_calling(trusted: 
 
 def test_stdio_without_an_identity_exits_with_one_line(tmp_path: Path) -> None:
     done = subprocess.run(
-        [str(MEMORIA), "mcp", "--target", "127.0.0.1:1", "--tenant", "acme"],
+        [str(MEMORIA), "mcp", "--server", "127.0.0.1:1", "--tenant", "acme"],
         cwd=tmp_path,
         env=clean_env(),
         capture_output=True,
@@ -258,7 +259,7 @@ def mcp_http(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[McpHttp
                     "127.0.0.1:0",
                     "--port-file",
                     str(port_file),
-                    "--target",
+                    "--server",
                     f"127.0.0.1:{api.running.port}",
                 ],
                 cwd=tmp_path,

@@ -1,5 +1,6 @@
 """`memoria reindex`: older chunks moved to the current keyword representation, to the end,
-with progress; every tenant's, or one tenant's or principal's (`--tenant`, `--principal`).
+with progress; every tenant's, or one tenant's or principal's (`--only-tenant`,
+`--only-principal`: a scope, never named like an identity).
 
 Runs the real command on an embedded data directory written by an older release's layout
 (keyword representation 1: the text alone, no recorded version).
@@ -49,7 +50,7 @@ def reindex(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_reindex_one_principal_then_everyone_with_progress(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     old_store(data_dir)
-    done = reindex(data_dir, "--tenant", "t1", "--principal", "ana")
+    done = reindex(data_dir, "--only-tenant", "t1", "--only-principal", "ana")
     assert done.returncode == 0, done.stderr
     assert "memoria reindex: 0/3 chunks" in done.stderr
     assert "memoria reindex: 3/3 chunks" in done.stderr
@@ -76,11 +77,13 @@ def test_reindex_one_principal_then_everyone_with_progress(tmp_path: Path) -> No
 def test_reindex_refuses_a_principal_without_its_tenant_or_a_bad_id(tmp_path: Path) -> None:
     env = clean_env()
     line, _ = failed_in_one_line(
-        ["reindex", "--data-dir", str(tmp_path), "--principal", "ana"], tmp_path, env
+        ["reindex", "--data-dir", str(tmp_path), "--only-principal", "ana"], tmp_path, env
     )
-    assert line == "memoria reindex: --principal needs --tenant (a principal lives in a tenant)"
+    assert line == (
+        "memoria reindex: --only-principal needs --only-tenant (a principal lives in a tenant)"
+    )
     line, _ = failed_in_one_line(
-        ["reindex", "--data-dir", str(tmp_path), "--tenant", " t1"], tmp_path, env
+        ["reindex", "--data-dir", str(tmp_path), "--only-tenant", " t1"], tmp_path, env
     )
-    assert line.startswith("memoria reindex: --tenant ")
+    assert line.startswith("memoria reindex: --only-tenant ")
     assert not (tmp_path / "chunks").exists()  # refused before anything was opened

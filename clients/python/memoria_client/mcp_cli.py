@@ -9,20 +9,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import grpc
+from memoria_client import connection
 
 HTTP_PATH = "/mcp"
-
-
-def _channel(target: str, tls: bool) -> grpc.Channel:
-    if tls:
-        return grpc.secure_channel(target, grpc.ssl_channel_credentials())
-    return grpc.insecure_channel(target)
 
 
 def _parse_listen(listen: str) -> tuple[str, int]:
@@ -33,18 +26,14 @@ def _parse_listen(listen: str) -> tuple[str, int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of `memoria mcp` (also used by `server/runtime/cli.py`)."""
+    """The flags of `memoria mcp` (also used by `server/runtime/cli.py`): the connection flags
+    every client command shares (memoria_client/connection.py), then the MCP server's own."""
     parser.epilog = (
-        "Identity over stdio: MEMORIA_MCP_TOKEN=<jwt> in the environment (Memoria in jwt "
+        "Identity over stdio: --token (or MEMORIA_TOKEN) with a bearer token (Memoria in jwt "
         "mode), or --tenant and --principal (trusted headers). Over http: each caller's "
         "Authorization: Bearer token, checked by Memoria; a request without one gets 401."
     )
-    parser.add_argument(
-        "--target",
-        default=os.environ.get("MEMORIA_MCP_TARGET", "127.0.0.1:50051"),
-        help="the Memoria gRPC server, HOST:PORT (default 127.0.0.1:50051)",
-    )
-    parser.add_argument("--tls", action="store_true", help="connect to the target over TLS")
+    connection.add_arguments(parser)
     parser.add_argument(
         "--transport", choices=["stdio", "http"], default="stdio", help="default stdio"
     )
@@ -54,16 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"http: HOST:PORT to serve {HTTP_PATH} on (default 127.0.0.1:8765; port 0 picks one)",
     )
     parser.add_argument("--port-file", type=Path, help="http: write the bound port here")
-    parser.add_argument(
-        "--tenant",
-        default=os.environ.get("MEMORIA_MCP_TENANT"),
-        help="stdio, trusted-headers Memoria: the tenant (or MEMORIA_MCP_TENANT)",
-    )
-    parser.add_argument(
-        "--principal",
-        default=os.environ.get("MEMORIA_MCP_PRINCIPAL"),
-        help="stdio, trusted-headers Memoria: the person (or MEMORIA_MCP_PRINCIPAL)",
-    )
     parser.add_argument(
         "--timeout", type=float, default=10.0, help="seconds per Memoria call (default 10)"
     )
@@ -85,25 +64,25 @@ def run(args: argparse.Namespace) -> None:
             "pip install -c requirements.lock './clients/python[mcp]'"
         )
 
-    token = os.environ.get("MEMORIA_MCP_TOKEN") or None
     if args.transport == "stdio":
-        identity = mcp_server.Identity.from_config(token, args.tenant, args.principal)
+        identity = mcp_server.Identity.from_config(args.token, args.tenant, args.principal)
         if identity is None:
             sys.exit(
-                "memoria mcp: say who the tools act for: MEMORIA_MCP_TOKEN=<jwt> (Memoria in "
+                "memoria mcp: say who the tools act for: --token or MEMORIA_TOKEN (Memoria in "
                 "jwt mode), or --tenant and --principal (trusted headers), not both"
             )
-    elif token or args.tenant or args.principal:
+    elif args.token or args.tenant or args.principal:
         sys.exit(
             "memoria mcp --transport http: each caller's Authorization: Bearer token is the "
-            "identity; MEMORIA_MCP_TOKEN, --tenant and --principal are for stdio"
+            "identity; --token, --tenant and --principal (and their MEMORIA_* variables) are "
+            "for stdio"
         )
     else:
         try:
             host, port = _parse_listen(args.listen)
         except ValueError as error:
             sys.exit(f"memoria mcp: {error}")
-    channel = _channel(args.target, args.tls)
+    channel = connection.channel(args)
     try:
         if args.transport == "stdio":
             server = mcp_server.build_server(
@@ -112,7 +91,7 @@ def run(args: argparse.Namespace) -> None:
             mcp_server.run_stdio(server)
         else:
             app = mcp_server.build_http_app(channel, host=host, timeout=args.timeout)
-            mcp_server.serve_http(app, host, port, args.port_file, args.target)
+            mcp_server.serve_http(app, host, port, args.port_file, args.server)
     finally:
         channel.close()
 

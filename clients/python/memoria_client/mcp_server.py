@@ -1,7 +1,7 @@
 """`memoria mcp`: Memoria's two model tools and the memory prompt section over MCP.
 
 An MCP host (Claude Desktop, an IDE, an agent framework) connects to this process instead of
-calling Memoria's gRPC API itself. It is a client of a running Memoria server (`--target`) built
+calling Memoria's gRPC API itself. It is a client of a running Memoria server (`--server`) built
 on the official MCP Python SDK's low-level server, so the tools keep exactly the descriptions and
 JSON Schemas of `tools/memoria_tools.json`, and every result is the turn adapter's wording
 (`memoria_client.wording`) with MCP's `isError` set as the adapter says.
@@ -11,7 +11,7 @@ JSON Schemas of `tools/memoria_tools.json`, and every result is the turn adapter
   rendered block, block last, as `system_prompt_section()` returns it.
 
 Identity is never made up here. Over stdio (one host, one person) it comes from configuration:
-a bearer token (`MEMORIA_MCP_TOKEN`, for a Memoria in jwt mode) or a tenant and principal (the
+a bearer token (`--token`/MEMORIA_TOKEN, for a Memoria in jwt mode) or a tenant and principal (the
 trusted headers, for a Memoria on loopback or behind a mesh). Over streamable HTTP each request's
 `Authorization: Bearer` token is checked by Memoria itself (a render call carrying it) before the
 request reaches the MCP session, and then sent with every call made for that request: a request
