@@ -8,7 +8,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: setup serve test test-clients generate lint pg-start pg-stop bench web
+.PHONY: setup serve test test-clients generate lint pg-start pg-stop qdrant-start qdrant-stop bench web
 
 $(STAMP): pyproject.toml requirements.lock clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,14 @@ pg-start:
 
 pg-stop:
 	scripts/pg.sh stop
+
+# A local Qdrant server under .qdrant/ (scripts/qdrant.sh); `eval "$(scripts/qdrant.sh start)"`
+# also sets MEMORIA_QDRANT_URL in the calling shell.
+qdrant-start:
+	scripts/qdrant.sh start
+
+qdrant-stop:
+	scripts/qdrant.sh stop
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/bench_blocks.py $(ARGS)
