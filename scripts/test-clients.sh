@@ -75,7 +75,7 @@ until [[ -s $work/port ]] && health=$(curl_grpc "http://127.0.0.1:$(<"$work/port
 done
 addr="127.0.0.1:$(<"$work/port")"
 url="http://$addr"
-export MEMORIA_ADDR="$addr"
+export MEMORIA_SERVER="$addr"
 echo "server ready on $addr" >&2
 
 echo "== Python client package (clients/python): a fresh venv, a plain (non-editable) install" >&2

@@ -1,8 +1,8 @@
 package memoriaclient
 
 // The generated Go stubs (google.golang.org/grpc) against a running Memoria server. The tests
-// start nothing: scripts/test.sh starts the server and passes its address in MEMORIA_ADDR
-// (host:port on loopback, trusted-headers mode). Without MEMORIA_ADDR the server tests fail;
+// start nothing: scripts/test.sh starts the server and passes its address in MEMORIA_SERVER
+// (host:port on loopback, trusted-headers mode). Without MEMORIA_SERVER the server tests fail;
 // only the character-count vectors run on their own.
 
 import (
@@ -158,9 +158,9 @@ type clients struct {
 
 func connect(t *testing.T) clients {
 	t.Helper()
-	addr := os.Getenv("MEMORIA_ADDR")
+	addr := os.Getenv("MEMORIA_SERVER")
 	if addr == "" {
-		t.Fatal("MEMORIA_ADDR is not set: scripts/test.sh starts the server and sets it")
+		t.Fatal("MEMORIA_SERVER is not set: scripts/test.sh starts the server and sets it")
 	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -3,7 +3,7 @@ package memoriaclient
 // The model's tools (tools/*.json, rendered from tools/memoria_tools.json) as a Go agent
 // loads them: every provider shape names the same two tools with the same parameters, and a
 // tool call the model makes, given as the JSON arguments string providers hand over, runs
-// against the live server (MEMORIA_ADDR) as the RPC it stands for.
+// against the live server (MEMORIA_SERVER) as the RPC it stands for.
 
 import (
 	"bytes"

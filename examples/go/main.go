@@ -2,7 +2,7 @@
 // index a finished turn (waiting until it is searchable), search for it, and read an error's
 // google.rpc details.
 //
-//	cd examples/go && MEMORIA_ADDR=127.0.0.1:50051 go run .
+//	cd examples/go && MEMORIA_SERVER=127.0.0.1:50051 go run .
 //
 // The server must trust the x-memoria-* headers (`memoria serve` on loopback does); with a
 // Memoria in jwt mode send "authorization", "Bearer <jwt>" instead. scripts/test-clients.sh
@@ -30,7 +30,7 @@ import (
 )
 
 func main() {
-	addr := os.Getenv("MEMORIA_ADDR")
+	addr := os.Getenv("MEMORIA_SERVER")
 	if addr == "" {
 		addr = "127.0.0.1:50051"
 	}

@@ -2,7 +2,7 @@
 index a finished turn (waiting until it is searchable), search for it.
 
     pip install -c requirements.lock ./clients/python   # the stubs (memoria.v1) and gRPC
-    MEMORIA_ADDR=127.0.0.1:50051 python examples/python/quickstart.py
+    MEMORIA_SERVER=127.0.0.1:50051 python examples/python/quickstart.py
 
 The server must trust the x-memoria-* headers (`memoria serve` on loopback does); with a
 Memoria in jwt mode send [("authorization", "Bearer <jwt>")] instead. scripts/test-clients.sh
@@ -28,7 +28,7 @@ from memoria.v1 import memory_block_service_pb2_grpc as blocks_grpc
 
 
 def main() -> None:
-    channel = grpc.insecure_channel(os.environ.get("MEMORIA_ADDR", "127.0.0.1:50051"))
+    channel = grpc.insecure_channel(os.environ.get("MEMORIA_SERVER", "127.0.0.1:50051"))
     blocks = blocks_grpc.MemoryBlockServiceStub(channel)
     search = search_grpc.ConversationSearchServiceStub(channel)
     who = [("x-memoria-tenant", "acme"), ("x-memoria-principal", "ana-python")]

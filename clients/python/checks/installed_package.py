@@ -3,7 +3,7 @@
 Run by the Python of a fresh virtual environment into which only `pip install clients/python`
 went, from a directory outside the repository, so every import comes from the installed wheel:
 the package must carry its stubs and tool files and need nothing of the server.
-MEMORIA_ADDR names the server (host:port) in trusted-headers mode.
+MEMORIA_SERVER names the server (host:port) in trusted-headers mode.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main() -> None:
         names = [t.get("name") or t["function"]["name"] for t in load_tools(shape)]
         assert names == ["memory_rewrite", "conversation_search"], (shape, names)
 
-    channel = grpc.insecure_channel(os.environ["MEMORIA_ADDR"])
+    channel = grpc.insecure_channel(os.environ["MEMORIA_SERVER"])
     who = [("x-memoria-tenant", f"pkg-{uuid.uuid4().hex[:8]}"), ("x-memoria-principal", "ana")]
     adapter = MemoriaTurnAdapter(channel, who)
     saved = adapter.execute("memory_rewrite", '{"text": "Preferred name: Ana"}')

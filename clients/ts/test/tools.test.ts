@@ -2,7 +2,7 @@
  * The model's tools (tools/*.json, rendered from tools/memoria_tools.json) as a TypeScript
  * agent loads them: the three provider shapes name the same two tools with the same
  * parameters, and a tool call given as the JSON arguments string a provider hands over runs
- * against the live server (MEMORIA_ADDR) as the RPC it stands for.
+ * against the live server (MEMORIA_SERVER) as the RPC it stands for.
  */
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
@@ -17,8 +17,8 @@ import { ConversationSearchService } from "../gen/memoria/v1/conversation_search
 import { Writer } from "../gen/memoria/v1/memory_block_pb.js";
 import { MemoryBlockService } from "../gen/memoria/v1/memory_block_service_pb.js";
 
-const addr = process.env.MEMORIA_ADDR;
-if (!addr) throw new Error("MEMORIA_ADDR is not set: scripts/test.sh starts the server and sets it");
+const addr = process.env.MEMORIA_SERVER;
+if (!addr) throw new Error("MEMORIA_SERVER is not set: scripts/test.sh starts the server and sets it");
 const transport = createGrpcTransport({ baseUrl: `http://${addr}` });
 const blocks = createClient(MemoryBlockService, transport);
 const search = createClient(ConversationSearchService, transport);

@@ -3,7 +3,7 @@
  * block, index a finished turn (waiting until it is searchable), search for it, and read an
  * error's google.rpc details.
  *
- *   cd examples/ts && npm ci && MEMORIA_ADDR=127.0.0.1:50051 npm start
+ *   cd examples/ts && npm ci && MEMORIA_SERVER=127.0.0.1:50051 npm start
  *
  * The server must trust the x-memoria-* headers (`memoria serve` on loopback does); with a
  * Memoria in jwt mode send { authorization: "Bearer <jwt>" } instead. scripts/test-clients.sh
@@ -24,7 +24,7 @@ import { Writer } from "../gen/memoria/v1/memory_block_pb.js";
 import { MemoryBlockService } from "../gen/memoria/v1/memory_block_service_pb.js";
 
 const transport = createGrpcTransport({
-  baseUrl: `http://${process.env.MEMORIA_ADDR ?? "127.0.0.1:50051"}`,
+  baseUrl: `http://${process.env.MEMORIA_SERVER ?? "127.0.0.1:50051"}`,
 });
 const blocks = createClient(MemoryBlockService, transport);
 const search = createClient(ConversationSearchService, transport);
