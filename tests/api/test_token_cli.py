@@ -120,17 +120,21 @@ def test_an_expired_token_or_one_for_another_audience_is_refused(
     jwt_server: grpc.Channel,
 ) -> None:
     blocks = blocks_grpc.MemoryBlockServiceStub(jwt_server)
-    settings = Settings(
-        jwt_hs256_secret=SECRET,
-        jwt_audience="memoria-local",
-        jwt_issuer="memoria-test",
-        jwt_tenant_claim="org",
-        admin_role="acme-admin",
-    )
-    accepted = mint(settings, "acme", "ana")
+
+    def settings(audience: str) -> Settings:
+        """The server's jwt settings (JWT_ENV), for `audience`."""
+        return Settings(
+            jwt_hs256_secret=SECRET,
+            jwt_audience=audience,
+            jwt_issuer="memoria-test",
+            jwt_tenant_claim="org",
+            admin_role="acme-admin",
+        )
+
+    accepted = mint(settings("memoria-local"), "acme", "ana")
     blocks.GetMemoryBlock(blocks_pb.GetMemoryBlockRequest(), metadata=bearer(accepted))
-    expired = mint(settings, "acme", "ana", expires_in=60, now=time.time() - 3600)
-    elsewhere = mint(settings.model_copy(update={"jwt_audience": "another"}), "acme", "ana")
+    expired = mint(settings("memoria-local"), "acme", "ana", expires_in=60, now=time.time() - 3600)
+    elsewhere = mint(settings("another"), "acme", "ana")
     for token in (expired, elsewhere):
         request = blocks_pb.GetMemoryBlockRequest()
         with pytest.raises(grpc.RpcError) as refused:
