@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from server.runtime import token_cli
 from server.runtime.settings import Settings, listen_host
 
 if TYPE_CHECKING:
@@ -103,8 +104,6 @@ def _parser() -> argparse.ArgumentParser:
         "(idempotent)",
     )
     _add_export_arguments(exp, imp)
-    from server.runtime import token_cli
-
     token_cli.add_arguments(
         sub.add_parser(
             "token",
@@ -205,8 +204,6 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "reindex":
             _reindex(settings, _owner(args.only_tenant, args.only_principal))
         elif args.command == "token":
-            from server.runtime import token_cli
-
             token_cli.run(settings, args)
         elif args.process_index is None and settings.processes > 1:
             _serve_workers(settings, args)
