@@ -127,9 +127,9 @@ from server.adapters.qdrant.layout import (
     point_id,
 )
 from server.adapters.qdrant.server import QdrantServerChunkIndex
+from server.domain.fusion import MIN_RETRIEVAL_TURNS
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder, keyword_document
 from server.domain.model import IndexedChunk, TurnKey
-from server.domain.search import MIN_RETRIEVAL_TURNS
 
 SEARCH_SERVICE = "memoria.v1.ConversationSearchService"
 BLOCK_SERVICE = "memoria.v1.MemoryBlockService"

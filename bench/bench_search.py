@@ -10,7 +10,7 @@ Two ratios from the issue (item 9), each measured side by side in one run agains
    plus the query embedding*, in this process: ``embed_query`` and the keyword encoder's
    ``encode_query``, then one qdrant-edge query with a dense and a sparse prefetch as deep as
    the service's (``depth x CANDIDATES_PER_TURN`` points each, where depth is the number of
-   turns ConversationSearch asks the index for at the default page of 10, read from the domain
+   turns a search asks the index for at the default page of 10, read from the domain
    code by `depth_turns`), the engine's distribution-based score fusion (the nearest engine
    fusion to the service's weighted normalized score fusion), the same tenant and
    principal filter, and the payload of ``2 x depth`` fused points (the most the service
@@ -123,17 +123,14 @@ from server.adapters.qdrant.layout import DENSE_VECTOR, KEYWORD_VECTOR, PRINCIPA
 from server.adapters.sql import migrate
 from server.adapters.sql.engine import create_store_engine, sqlite_url
 from server.adapters.sql.tables import conversation_turns
+from server.domain.fusion import fuse, retrieval_depth
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import (
     EncodedQuery,
-    Identity,
     IndexedChunk,
-    PrincipalMemory,
-    RetrievalResult,
     SearchScope,
     TurnKey,
 )
-from server.domain.search import ConversationSearch, fuse
 from server.runtime.settings import Settings
 
 # search_corpus.py and procs.py sit beside this script.
@@ -455,37 +452,10 @@ SearchFn = Callable[[str], list[str]]
 """Runs one search; returns "conversation/turn" of each hit, best first (for the checks)."""
 
 
-class _DepthProbe:
-    """Stands in for every store and the model of a ConversationSearch, to learn how many
-    turns per side the service asks the index for (the depth), straight from the domain code
-    rather than from a copy of its formula here."""
-
-    def __init__(self) -> None:
-        self.depth = 0
-
-    def read(self, _tenant: str, _principal: str) -> PrincipalMemory:
-        return PrincipalMemory(block=None, settings=None)  # memory on, as by default
-
-    def deleted_conversations(self, _tenant: str, _principal: str) -> frozenset[str]:
-        return frozenset()
-
-    def embed_query(self, _text: str) -> tuple[float, ...]:
-        return (0.0,) * DIMENSION
-
-    def search(self, _scope: SearchScope, _query: EncodedQuery, turns: int) -> RetrievalResult:
-        self.depth = turns
-        return RetrievalResult(keyword=(), semantic=())
-
-
 def depth_turns(page_size: int) -> int:
-    """The turns each side ranks for a page of `page_size`, as ConversationSearch asks."""
-    probe: Any = _DepthProbe()
-    search = ConversationSearch(
-        probe, probe, probe, KeywordEncoder(), probe, probe, lambda: datetime.now(UTC), probe
-    )
-    search.search(Identity("probe", "probe"), "depth probe", page_size)
-    depth: int = probe.depth
-    return depth
+    """The turns each side ranks for a page of `page_size`, straight from the domain code
+    (server/domain/fusion.py) rather than from a copy of its formula here."""
+    return retrieval_depth(page_size)
 
 
 class DirectSearch:

@@ -67,8 +67,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from procs import HOST, ServerProcess, machine_line, raise_on_sigterm, software_line
 from serve_embedder import EMBEDDERS, build_embedder
 
+from server.domain.fusion import KEYWORD_WEIGHT
 from server.domain.keywords import CONTEXT_WEIGHT
-from server.domain.search import KEYWORD_WEIGHT
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "eval" / "locomo-dev"

@@ -73,10 +73,10 @@ from bench_search_quality import (
 from serve_embedder import EMBEDDERS, build_embedder
 
 from server.domain.chunking import turn_text
+from server.domain.fusion import MIN_RETRIEVAL_TURNS
 from server.domain.keywords import KeywordEncoder, keyword_document
 from server.domain.model import SparseVector
 from server.domain.ports import Embedder
-from server.domain.search import MIN_RETRIEVAL_TURNS
 
 Vector = npt.NDArray[np.float32]
 Key = tuple[str, str]
@@ -606,7 +606,7 @@ SERVICE_KEYWORD_WEIGHTS = (0.6, 0.7, 0.8, 0.9)
 def service_selection(principals: Sequence[Principal], lab: Lab) -> Selection:
     """Leave-one-conversation-out over the service's own parameters: the keyword context's
     weight (server/domain/keywords.py, CONTEXT_WEIGHT) and the keyword share of the fusion
-    (server/domain/search.py, KEYWORD_WEIGHT), with the service's fixed choices: one chunk of
+    (server/domain/fusion.py, KEYWORD_WEIGHT), with the service's fixed choices: one chunk of
     context each side, the date, min-max fusion over the top MIN_RETRIEVAL_TURNS a side, the
     semantic side on the text alone. Criterion: `mean_of_four`. What bench_search_quality.py
     prints beside the service's own figures."""

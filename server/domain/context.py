@@ -37,7 +37,7 @@ from datetime import datetime
 
 from server.domain.keywords import KeywordEncoder, keyword_document
 from server.domain.model import ChunkPlace, SparseVector, StoredChunk, TurnKey
-from server.domain.ports import ChunkIndex
+from server.domain.ports import ChunkPlaces
 
 Update = tuple[StoredChunk, SparseVector]
 
@@ -67,7 +67,7 @@ def conversation_order(places: Iterable[ChunkPlace]) -> list[ChunkPlace]:
 class KeywordContext:
     """Encodes chunks' keyword vectors with their neighbours, reading both from the index."""
 
-    def __init__(self, index: ChunkIndex, keywords: KeywordEncoder) -> None:
+    def __init__(self, index: ChunkPlaces, keywords: KeywordEncoder) -> None:
         self._index = index
         self._keywords = keywords
 

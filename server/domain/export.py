@@ -27,7 +27,7 @@ from server.domain.audit import PageTokens
 from server.domain.errors import FieldViolation, invalid
 from server.domain.memory import BlockView, MemoryBlocks, SettingsView
 from server.domain.model import AuditAction, AuditEvent, AuditQuery, Identity, Tombstone
-from server.domain.ports import ChunkIndex, MemoryStore, TurnStore
+from server.domain.ports import ChunkTexts, MemoryStore, TurnStore
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -67,7 +67,7 @@ class Exporter:
         blocks: MemoryBlocks,
         memory: MemoryStore,
         turns: TurnStore,
-        index: ChunkIndex,
+        index: ChunkTexts,
         tokens: PageTokens,
     ) -> None:
         self._blocks = blocks

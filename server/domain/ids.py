@@ -11,11 +11,19 @@ control, invisible or look-alike character can make two ids that print the same.
 trailing spaces are refused too (a proxy or a copy-paste adds them silently, and `" ana"`
 would otherwise be a different principal from `"ana"`), which also refuses a value of only
 spaces. 256 characters fit every identity provider's subject we know of (UUIDs, emails, URLs).
+
+The other id rule, for the ids a caller names its own things by (conversation and turn ids:
+IndexTurn's fields and a turn reference's `turn.*`), is `id_violations`: any text the service
+stores, so any printable Unicode, but nothing invisible that would make two ids look alike.
 """
 
 from __future__ import annotations
 
 import re
+
+from server.domain.errors import FieldViolation
+from server.domain.model import TurnRef
+from server.domain.text import sanitize
 
 IDENTITY_MAX_CHARS = 256
 """The longest tenant id, principal id or role name accepted."""
@@ -46,3 +54,32 @@ def identity_value_problem(value: object) -> str | None:
     if value[0] == " " or value[-1] == " ":
         return "must not start or end with a space"
     return None
+
+
+ID_MAX_CHARS = 128
+"""The longest conversation id or turn id accepted."""
+
+
+def id_violations(field: str, value: str) -> list[FieldViolation]:
+    """A conversation or turn id is 1 to ID_MAX_CHARS code points with no control or
+    invisible characters and no surrounding whitespace; the problem, named for `field`."""
+    if not value:
+        return [FieldViolation(field, "is required")]
+    if len(value) > ID_MAX_CHARS:
+        return [FieldViolation(field, f"has {len(value)} characters; at most {ID_MAX_CHARS}")]
+    if sanitize(value) != value or "\n" in value or "\t" in value:
+        return [
+            FieldViolation(
+                field,
+                "must not contain control or invisible characters or surrounding whitespace",
+            )
+        ]
+    return []
+
+
+def turn_reference_violations(turn: TurnRef) -> list[FieldViolation]:
+    """A turn reference's ids follow the rule of IndexTurn's ids (fields `turn.*`)."""
+    return [
+        *id_violations("turn.conversation_id", turn.conversation_id),
+        *id_violations("turn.turn_id", turn.turn_id),
+    ]

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from server.domain.errors import FieldViolation, invalid
+from server.domain.ids import turn_reference_violations
 from server.domain.model import Identity, SearchHit, TurnKey, TurnRef
-from server.domain.ports import ChunkIndex, Clock, InspectionStore, MemoryStore, TurnStore
-from server.domain.search import turn_reference_violations
+from server.domain.ports import ChunkTexts, Clock, InspectionStore, MemoryStore, TurnStore
 
 DEFAULT_RETENTION = timedelta(days=30)
 """How long a turn's records are kept (MEMORIA_INSPECTION_RETENTION_DAYS)."""
@@ -71,7 +71,7 @@ class TurnInspector:
         inspections: InspectionStore,
         memory: MemoryStore,
         turns: TurnStore,
-        index: ChunkIndex,
+        index: ChunkTexts,
         clock: Clock,
         *,
         retention: timedelta = DEFAULT_RETENTION,

@@ -24,6 +24,7 @@ from server.domain.errors import (
     FieldViolation,
     MemoriaError,
 )
+from server.domain.ids import turn_reference_violations
 from server.domain.model import (
     AuditAction,
     Change,
@@ -38,7 +39,6 @@ from server.domain.model import (
     Writer,
 )
 from server.domain.ports import Clock, InspectionStore, MemoryStore
-from server.domain.search import turn_reference_violations
 from server.domain.secrets import SecretDetector, redact_lines, refuse_secrets
 from server.domain.text import (
     block_line_count,

@@ -76,12 +76,15 @@ class MemoryStore(Protocol):
         ...
 
 
-class ChunkIndex(Protocol):
-    """Conversation chunks of every tenant in a Qdrant engine (embedded or server).
+# --- The chunk index, by role ------------------------------------------------------------
+# Conversation chunks of every tenant in a Qdrant engine (embedded or server). Point ids are
+# deterministic in (turn key, chunk index), so writing a turn again replaces its points, and
+# every read is filtered in the engine by tenant and principal. Each domain object takes the
+# roles it uses; the adapters implement them all (`ChunkIndex`).
 
-    Point ids are deterministic in (turn key, chunk index), so writing a turn again replaces
-    its points. Every read is filtered in the engine by tenant and principal.
-    """
+
+class ChunkWriter(Protocol):
+    """Writing and removing turns' chunks: the indexer, the purge and the erasure."""
 
     def upsert_turn(
         self, key: TurnKey, turn_time: datetime, chunks: Sequence[IndexedChunk]
@@ -90,10 +93,27 @@ class ChunkIndex(Protocol):
         chunks past the new chunk count). Durable and visible to search when it returns."""
         ...
 
+    def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:
+        """Remove every chunk of one conversation (any number of chunks)."""
+        ...
+
+    def delete_principal(self, tenant_id: str, principal_id: str) -> None:
+        """Remove every chunk of one principal (any number of chunks)."""
+        ...
+
+
+class ChunkSearch(Protocol):
+    """The search itself (server/domain/search.py)."""
+
     def search(self, scope: SearchScope, query: EncodedQuery, turns: int) -> RetrievalResult:
         """Keyword and semantic retrieval over the scope's chunks, each side reduced to the
         best chunk per turn and cut to `turns` turns. Raises if either side fails."""
         ...
+
+
+class KeywordVectors(Protocol):
+    """Keeping keyword vectors current: the indexer's context vectors and the reindexer
+    (server/domain/reindex.py)."""
 
     def stale_keyword_chunks(
         self, version: int, limit: int, owner: Owner = EVERYONE
@@ -114,24 +134,27 @@ class ChunkIndex(Protocol):
         text and time stay. A chunk deleted meanwhile stays deleted."""
         ...
 
-    def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:
-        """Remove every chunk of one conversation (any number of chunks)."""
+
+class ChunkTexts(Protocol):
+    """Stored chunk texts by turn: the inspector (hit text read live) and the export."""
+
+    def turn_chunks(
+        self, tenant_id: str, principal_id: str, turns: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[str, ...]]:
+        """The stored chunk texts, in chunk order, of each (conversation id, turn id) of the
+        principal that has chunks; turns without any are left out."""
         ...
 
-    def delete_principal(self, tenant_id: str, principal_id: str) -> None:
-        """Remove every chunk of one principal (any number of chunks)."""
-        ...
 
-    def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
-        """Number of chunks stored for a principal, or for one of its conversations."""
-        ...
+class ChunkPlaces(ChunkTexts, Protocol):
+    """Where a conversation's chunks sit, and their texts: what the keyword context needs to
+    find and read a chunk's neighbours (server/domain/context.py)."""
 
     def conversation_places(
         self, tenant_id: str, principal_id: str, conversation_id: str
     ) -> Sequence[ChunkPlace]:
         """Where every stored chunk of one conversation sits (turn, chunk index, time, order),
-        in no particular order and without the texts: what the keyword context needs to
-        find a chunk's neighbours (server/domain/context.py)."""
+        in no particular order and without the texts."""
         ...
 
     def places_near(
@@ -147,13 +170,17 @@ class ChunkIndex(Protocol):
         chunks of exactly that time can be in both; among equal times in any order)."""
         ...
 
-    def turn_chunks(
-        self, tenant_id: str, principal_id: str, turns: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], tuple[str, ...]]:
-        """The stored chunk texts, in chunk order, of each (conversation id, turn id) of the
-        principal that has chunks; turns without any are left out. For the inspector (hit
-        text read live) and the export."""
+
+class ChunkCount(Protocol):
+    """Counting stored chunks (no domain rule needs it: tests and operators do)."""
+
+    def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
+        """Number of chunks stored for a principal, or for one of its conversations."""
         ...
+
+
+class ChunkEngine(Protocol):
+    """The engine's life: the health monitor's probe and the process's shutdown."""
 
     def check(self) -> None:
         """Return if the engine can serve now, else raise: a cheap probe with no effect, for
@@ -163,6 +190,13 @@ class ChunkIndex(Protocol):
     def close(self) -> None:
         """Flush and release the engine."""
         ...
+
+
+class ChunkIndex(
+    ChunkWriter, ChunkSearch, KeywordVectors, ChunkPlaces, ChunkCount, ChunkEngine, Protocol
+):
+    """Every role at once: what the Qdrant adapters (server/adapters/qdrant) implement and
+    the composition root builds, then hands out role by role."""
 
 
 class Embedder(Protocol):

@@ -17,13 +17,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from server.domain.context import KeywordContext
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import EVERYONE, Owner
-from server.domain.ports import ChunkIndex
+from server.domain.ports import ChunkPlaces, KeywordVectors
 
 log = logging.getLogger(__name__)
+
+
+class ReindexedChunks(KeywordVectors, ChunkPlaces, Protocol):
+    """The chunk index roles the reindexer uses: the stale chunks, their new vectors, and
+    their neighbours' places and texts."""
 
 
 class KeywordReindexer:
@@ -32,7 +38,7 @@ class KeywordReindexer:
     --only-tenant T [--only-principal P]`, to bring one owner to the new representation first)."""
 
     def __init__(
-        self, index: ChunkIndex, keywords: KeywordEncoder, owner: Owner = EVERYONE
+        self, index: ReindexedChunks, keywords: KeywordEncoder, owner: Owner = EVERYONE
     ) -> None:
         self._index = index
         self._context = KeywordContext(index, keywords)

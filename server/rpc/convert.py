@@ -14,9 +14,9 @@ from server.domain.audit import AuditRequest
 from server.domain.errors import FieldViolation, invalid
 from server.domain.export import ExportedTurn, ExportItem
 from server.domain.inspection import Inspection
+from server.domain.intake import IndexTurnResult, TurnOutcome
 from server.domain.memory import BlockView, SettingsView
 from server.domain.model import AuditAction, AuditEvent, SearchHit, Tombstone, TurnRef, Writer
-from server.domain.search import IndexTurnResult, TurnOutcome
 
 _WRITERS: dict[block_pb.Writer.ValueType, Writer] = {
     block_pb.WRITER_MODEL: Writer.MODEL,

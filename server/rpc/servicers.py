@@ -17,7 +17,9 @@ from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
 from server.domain.audit import AuditLog
 from server.domain.export import Exporter
 from server.domain.inspection import TurnInspector
+from server.domain.intake import TurnIntake
 from server.domain.memory import MemoryBlocks
+from server.domain.removal import ConversationRemoval
 from server.domain.search import ConversationSearch
 from server.rpc.convert import (
     audit_event_message,
@@ -113,19 +115,26 @@ class AuditServicer(audit_grpc.AuditServiceServicer):
 
 
 class ConversationSearchServicer(search_grpc.ConversationSearchServiceServicer):
-    """memoria.v1.ConversationSearchService."""
+    """memoria.v1.ConversationSearchService: each RPC on the use case it belongs to."""
 
     def __init__(
-        self, search: ConversationSearch, inspector: TurnInspector, exporter: Exporter
+        self,
+        intake: TurnIntake,
+        search: ConversationSearch,
+        removal: ConversationRemoval,
+        inspector: TurnInspector,
+        exporter: Exporter,
     ) -> None:
+        self._intake = intake
         self._search = search
+        self._removal = removal
         self._inspector = inspector
         self._exporter = exporter
 
     def IndexTurn(
         self, request: search_pb.IndexTurnRequest, context: grpc.ServicerContext
     ) -> search_pb.IndexTurnResponse:
-        result = self._search.index_turn(
+        result = self._intake.index_turn(
             current_identity(),
             request.conversation_id,
             request.turn_id,
@@ -147,13 +156,13 @@ class ConversationSearchServicer(search_grpc.ConversationSearchServiceServicer):
     def DeleteConversation(
         self, request: search_pb.DeleteConversationRequest, context: grpc.ServicerContext
     ) -> search_pb.DeleteConversationResponse:
-        count = self._search.delete_conversation(current_identity(), request.conversation_id)
+        count = self._removal.delete_conversation(current_identity(), request.conversation_id)
         return search_pb.DeleteConversationResponse(deleted_turn_count=count)
 
     def ErasePrincipalData(
         self, request: search_pb.ErasePrincipalDataRequest, context: grpc.ServicerContext
     ) -> search_pb.ErasePrincipalDataResponse:
-        erased = self._search.erase(current_identity(), request.principal_id)
+        erased = self._removal.erase(current_identity(), request.principal_id)
         return search_pb.ErasePrincipalDataResponse(
             removed_line_count=erased.removed_line_count,
             deleted_turn_count=erased.deleted_turn_count,

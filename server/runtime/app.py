@@ -37,12 +37,16 @@ from server.adapters.sql.turns import SqlTurnStore
 from server.adapters.sql.unit_of_work import SqlUnitsOfWork
 from server.domain.audit import AuditLog, PageTokens
 from server.domain.export import Exporter
+from server.domain.fusion import one_side
+from server.domain.indexing import Indexer
 from server.domain.inspection import TurnInspector
+from server.domain.intake import TurnIntake
 from server.domain.keywords import KeywordEncoder
 from server.domain.memory import MemoryBlocks
 from server.domain.ports import ChunkIndex, Embedder, MemoryStore
 from server.domain.reindex import KeywordReindexer
-from server.domain.search import ConversationSearch, Indexer, search_index
+from server.domain.removal import ConversationRemoval
+from server.domain.search import ConversationSearch
 from server.rpc.auth import (
     Authenticator,
     JwtAuthenticator,
@@ -507,19 +511,17 @@ def start(
     tokens = PageTokens(page_token_key(settings))
     audit = AuditLog(store, tokens)
     worker = build_index_worker(settings, stores)
+    intake = TurnIntake(parts.units, parts.indexer, utc_now, worker.wake, secrets_detector)
     search = ConversationSearch(
+        reads,
         parts.turns,
-        search_index(parts.index, settings.search_mode),
         parts.embedder,
         parts.keywords,
-        reads,
-        parts.indexer,
+        one_side(parts.index, settings.search_mode),
         utc_now,
-        parts.units,
-        wake_worker=worker.wake,
-        secrets=secrets_detector,
-        inspections=inspections,
+        inspections,
     )
+    removal = ConversationRemoval(parts.units, parts.index, utc_now, worker.wake, inspections)
     inspector = TurnInspector(
         inspections,
         reads,
@@ -588,7 +590,7 @@ def start(
     )
     audit_service_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(audit), server)
     conversation_search_service_pb2_grpc.add_ConversationSearchServiceServicer_to_server(
-        ConversationSearchServicer(search, inspector, exporter), server
+        ConversationSearchServicer(intake, search, removal, inspector, exporter), server
     )
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from server.adapters.disk import FreeSpace
 from server.domain.errors import ErrorReason, MemoriaError
-from server.domain.search import Indexer
+from server.domain.indexing import Indexer
 
 log = logging.getLogger(__name__)
 

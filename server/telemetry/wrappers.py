@@ -5,29 +5,24 @@ and one trace per batch of the background indexer's work."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.trace import SpanKind
 
 from server.domain.model import (
-    EVERYONE,
     AuditAction,
     AuditEvent,
     AuditQuery,
     Change,
-    ChunkPlace,
     ConversationPurge,
-    EncodedQuery,
     IndexedChunk,
-    Owner,
     PrincipalMemory,
-    RetrievalResult,
-    SearchScope,
     SparseVector,
     StoredChunk,
     StoredTurn,
@@ -40,7 +35,16 @@ T = TypeVar("T")
 
 
 class TracedChunkIndex:
-    """A `ChunkIndex` with a client span per Qdrant call, counting what upserts index."""
+    """A `ChunkIndex` with a client span per Qdrant call, counting what upserts index.
+
+    Generic: every operation of the index is traced under its own name, so an operation added
+    to the ports (server/domain/ports.py) is traced with no change here. Only what a span
+    alone does not say is written out: the counters of `upsert_turn` and the chunk count of
+    the two writes. `UNTRACED` operations pass straight through.
+    """
+
+    UNTRACED = frozenset({"check", "close"})
+    """The health monitor's probe (a trace every few seconds is noise) and the shutdown."""
 
     def __init__(self, index: ChunkIndex, tracer: trace.Tracer, meter: metrics.Meter, engine: str):
         self._index = index
@@ -62,6 +66,19 @@ class TracedChunkIndex:
             attributes={**self._attributes, "db.operation.name": operation},
         )
 
+    def __getattr__(self, operation: str) -> Any:
+        """The index's own `operation`, run in a span of its name (unless UNTRACED)."""
+        member = getattr(self._index, operation)
+        if operation.startswith("_") or operation in self.UNTRACED or not callable(member):
+            return member
+
+        @functools.wraps(member)
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            with self._span(operation):
+                return member(*args, **kwargs)
+
+        return traced
+
     def upsert_turn(
         self, key: TurnKey, turn_time: datetime, chunks: Sequence[IndexedChunk]
     ) -> None:
@@ -71,70 +88,12 @@ class TracedChunkIndex:
         self._turns.add(1)
         self._chunks.add(len(chunks))
 
-    def search(self, scope: SearchScope, query: EncodedQuery, turns: int) -> RetrievalResult:
-        with self._span("search"):
-            return self._index.search(scope, query, turns)
-
-    def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:
-        with self._span("delete_conversation"):
-            self._index.delete_conversation(tenant_id, principal_id, conversation_id)
-
-    def delete_principal(self, tenant_id: str, principal_id: str) -> None:
-        with self._span("delete_principal"):
-            self._index.delete_principal(tenant_id, principal_id)
-
-    def count(self, tenant_id: str, principal_id: str, conversation_id: str | None = None) -> int:
-        with self._span("count"):
-            return self._index.count(tenant_id, principal_id, conversation_id)
-
-    def turn_chunks(
-        self, tenant_id: str, principal_id: str, turns: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], tuple[str, ...]]:
-        with self._span("turn_chunks"):
-            return self._index.turn_chunks(tenant_id, principal_id, turns)
-
-    def conversation_places(
-        self, tenant_id: str, principal_id: str, conversation_id: str
-    ) -> Sequence[ChunkPlace]:
-        with self._span("conversation_places"):
-            return self._index.conversation_places(tenant_id, principal_id, conversation_id)
-
-    def places_near(
-        self,
-        tenant_id: str,
-        principal_id: str,
-        conversation_id: str,
-        turn_time: datetime,
-        limit: int,
-    ) -> tuple[Sequence[ChunkPlace], Sequence[ChunkPlace]]:
-        with self._span("places_near"):
-            return self._index.places_near(
-                tenant_id, principal_id, conversation_id, turn_time, limit
-            )
-
-    def stale_keyword_chunks(
-        self, version: int, limit: int, owner: Owner = EVERYONE
-    ) -> Sequence[StoredChunk]:
-        with self._span("stale_keyword_chunks"):
-            return self._index.stale_keyword_chunks(version, limit, owner)
-
-    def count_stale_keyword_chunks(self, version: int, owner: Owner = EVERYONE) -> int:
-        with self._span("count_stale_keyword_chunks"):
-            return self._index.count_stale_keyword_chunks(version, owner)
-
     def set_keyword_vectors(
         self, updates: Sequence[tuple[StoredChunk, SparseVector]], version: int
     ) -> None:
         with self._span("set_keyword_vectors") as span:
             span.set_attribute("memoria.chunk_count", len(updates))
             self._index.set_keyword_vectors(updates, version)
-
-    def check(self) -> None:
-        """The health monitor's probe: not traced (a trace every few seconds is noise)."""
-        self._index.check()
-
-    def close(self) -> None:
-        self._index.close()
 
 
 class TracedEmbedder:

@@ -233,7 +233,7 @@ def test_json_log_lines_carry_the_trace_id_of_their_span(traced: Traced) -> None
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter())
-    indexer_log = logging.getLogger("server.domain.search")
+    indexer_log = logging.getLogger("server.domain.indexing")
     indexer_log.addHandler(handler)
     level = indexer_log.level
     indexer_log.setLevel(logging.DEBUG)
@@ -254,7 +254,7 @@ def test_json_log_lines_carry_the_trace_id_of_their_span(traced: Traced) -> None
         indexer_log.setLevel(level)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     (line,) = [x for x in lines if x["message"].startswith("indexing turns")]
-    assert line["logger"] == "server.domain.search"
+    assert line["logger"] == "server.domain.indexing"
     assert line["level"] == "DEBUG"
     batch = traced.span("index turns")
     assert line["trace_id"] == f"{batch.context.trace_id:032x}"

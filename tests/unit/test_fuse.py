@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from server.domain.fusion import KEYWORD_WEIGHT, fuse
 from server.domain.model import ChunkHit, RetrievalResult
-from server.domain.search import KEYWORD_WEIGHT, fuse
 
 T = datetime(2026, 11, 30, tzinfo=UTC)
 

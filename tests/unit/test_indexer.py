@@ -25,6 +25,7 @@ from server.adapters.sql.engine import create_store_engine, sqlite_url
 from server.adapters.sql.tables import conversation_turns
 from server.adapters.sql.turns import SqlTurnStore
 from server.domain.errors import ErrorReason, MemoriaError
+from server.domain.indexing import MAX_INDEX_ATTEMPTS, OUTAGE_RETRY_DELAY, Indexer
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import (
     EncodedQuery,
@@ -35,7 +36,6 @@ from server.domain.model import (
     StoredChunk,
     TurnKey,
 )
-from server.domain.search import MAX_INDEX_ATTEMPTS, OUTAGE_RETRY_DELAY, Indexer
 from tests.turn_operations import TurnOperations
 
 DIM = 8
