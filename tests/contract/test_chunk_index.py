@@ -1,4 +1,5 @@
-"""One contract over every ChunkIndex: the embedded Qdrant engine and a Qdrant server.
+"""One contract over every ChunkIndex: the embedded Qdrant engine, a Qdrant server and the
+unit tests' in-memory fake (tests/fakes.py), which is held to what the engines do here.
 
 The server adapter runs on a real Qdrant server (the session's, tests/qdrant_server.py: each
 test on a collection of its own) and on qdrant-client's local mode, which takes the same calls.
@@ -59,6 +60,7 @@ from server.domain.model import (
 )
 from server.domain.ports import ChunkIndex
 from server.domain.reindex import KeywordReindexer
+from tests.fakes import InMemoryChunkIndex, InMemoryChunkStorage
 from tests.qdrant_server import QdrantEndpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,8 +119,9 @@ class Opener:
     """Opens indexes of one adapter kind on one store, and closes them all at the end.
 
     Kinds: `edge` (the embedded engine), `local` (the server adapter on qdrant-client's local
-    mode, one shared client) and `server` (the server adapter on the session's real Qdrant
-    server, a client per index on this test's own collection)."""
+    mode, one shared client), `server` (the server adapter on the session's real Qdrant
+    server, a client per index on this test's own collection) and `fake` (the in-memory
+    fake, every index on one storage)."""
 
     kind: str
     tmp_path: Path
@@ -126,11 +129,14 @@ class Opener:
     endpoint: QdrantEndpoint | None = None
     collection: str = "chunks"
     opened: list[ChunkIndex] = field(default_factory=list)
+    storage: InMemoryChunkStorage = field(default_factory=InMemoryChunkStorage)
 
     def open(self, model_id: str = MODEL, dimension: int = DIM) -> ChunkIndex:
         index: ChunkIndex
         if self.kind == "edge":
             index = QdrantEdgeChunkIndex(self.tmp_path / "chunks", dimension, model_id)
+        elif self.kind == "fake":
+            index = InMemoryChunkIndex(self.storage, dimension, model_id)
         elif self.kind == "server":
             assert self.endpoint is not None
             client = self.endpoint.client()
@@ -156,7 +162,9 @@ class Opener:
         return self.open(model_id, dimension)
 
 
-@pytest.fixture(params=["edge", "local", pytest.param("server", marks=pytest.mark.qdrant)])
+@pytest.fixture(
+    params=["edge", "local", pytest.param("server", marks=pytest.mark.qdrant), "fake"]
+)
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     opener = Opener(request.param, tmp_path)
     if request.param == "local":

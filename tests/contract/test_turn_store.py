@@ -1,16 +1,16 @@
-"""The turn queue, tombstones and erasure, on SQLite and on PostgreSQL as the service role."""
+"""The turn queue, tombstones and erasure, on SQLite, on PostgreSQL as the service role, and on
+the unit tests' in-memory fakes (tests/fakes.py: the turn store and its units of work), which
+are held to what the databases do here."""
 
 from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
-from sqlalchemy import select
 
 from server.adapters.sql.blocks import SqlMemoryStore
-from server.adapters.sql.tables import conversation_turns
-from server.adapters.sql.turns import SqlTurnStore
 from server.domain.model import (
     AcceptOutcome,
     AuditAction,
@@ -22,22 +22,30 @@ from server.domain.model import (
     TurnKey,
     Writer,
 )
-from tests.turn_operations import TurnOperations
+from tests.conftest import make_store
+from tests.turn_operations import FakeTurnOperations, TurnOperations
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
 LATER = T0 + timedelta(hours=1)
 
 
-@pytest.fixture
-def turns(sql_store: SqlMemoryStore) -> SqlTurnStore:
-    return TurnOperations(sql_store.db)  # type: ignore[return-value]
+Operations = TurnOperations | FakeTurnOperations
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "fake"])
+def turns(request: pytest.FixtureRequest, tmp_path: Path) -> Operations:
+    if request.param == "fake":
+        return FakeTurnOperations()
+    sql = make_store(request.param, request, tmp_path)
+    assert isinstance(sql, SqlMemoryStore)
+    return TurnOperations(sql.db)
 
 
 def key(tenant: str, principal: str = "ana", conversation: str = "c1", turn: str = "t1") -> TurnKey:
     return TurnKey(tenant, principal, conversation, turn)
 
 
-def accept(turns: SqlTurnStore, k: TurnKey, text: str = "hello there") -> AcceptOutcome:
+def accept(turns: Operations, k: TurnKey, text: str = "hello there") -> AcceptOutcome:
     return turns.accept_turn(NewTurn(key=k, text=text, turn_time=T0, accept_time=T0))
 
 
@@ -51,32 +59,19 @@ def event(principal: str, action: AuditAction, conversation: str = "") -> NewAud
     )
 
 
-def stored_text(store: SqlMemoryStore, tenant: str, k: TurnKey) -> tuple[str, str | None]:
-    t = conversation_turns
-    with store.transaction(tenant) as tx:
-        row = tx.connection.execute(
-            select(t.c.status, t.c.text).where(
-                t.c.tenant_id == k.tenant_id, t.c.turn_id == k.turn_id
-            )
-        ).one()
-    return row[0], row[1]
-
-
-def test_accept_claim_index_drops_the_text(
-    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
-) -> None:
+def test_accept_claim_index_drops_the_text(turns: Operations, tenant: str) -> None:
     k = key(tenant)
     assert accept(turns, k, "question\n\nanswer") is AcceptOutcome.ACCEPTED
     with turns.claim(10, LATER) as batch:
         mine = [t for t in batch.turns if t.key == k]
         assert len(mine) == 1 and mine[0].text == "question\n\nanswer"
         batch.indexed(mine[0])
-    assert stored_text(sql_store, tenant, k) == ("indexed", None)
+    assert turns.stored_text(k) == ("indexed", None)
     with turns.claim(10, LATER) as batch:
         assert k not in [t.key for t in batch.turns]
 
 
-def test_resend_replaces_the_turn_even_after_indexing(turns: SqlTurnStore, tenant: str) -> None:
+def test_resend_replaces_the_turn_even_after_indexing(turns: Operations, tenant: str) -> None:
     k = key(tenant)
     accept(turns, k, "first")
     accept(turns, k, "second")
@@ -90,7 +85,7 @@ def test_resend_replaces_the_turn_even_after_indexing(turns: SqlTurnStore, tenan
 
 
 def test_resend_during_processing_keeps_the_new_version_queued(
-    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
+    turns: Operations, tenant: str
 ) -> None:
     k = key(tenant)
     accept(turns, k, "old")
@@ -102,22 +97,17 @@ def test_resend_during_processing_keeps_the_new_version_queued(
         batch.indexed(turn)
     resent.join(10)
     assert not resent.is_alive()
-    assert stored_text(sql_store, tenant, k) == ("pending", "new")
+    assert turns.stored_text(k) == ("pending", "new")
 
 
-def test_memory_off_refuses_turns(
-    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
-) -> None:
-    with sql_store.transaction(tenant, lock_principal="ana") as tx:
-        tx.put_settings("ana", StoredSettings(memory_enabled=False, update_time=T0))
+def test_memory_off_refuses_turns(turns: Operations, tenant: str) -> None:
+    turns.put_memory(tenant, "ana", settings=StoredSettings(memory_enabled=False, update_time=T0))
     assert accept(turns, key(tenant)) is AcceptOutcome.MEMORY_DISABLED
     with turns.claim(10, LATER, only=key(tenant)) as batch:
         assert batch.turns == ()
 
 
-def test_delete_conversation_tombstones_refuses_and_purges(
-    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
-) -> None:
+def test_delete_conversation_tombstones_refuses_and_purges(turns: Operations, tenant: str) -> None:
     for turn_id in ("t1", "t2"):
         accept(turns, key(tenant, turn=turn_id))
     accept(turns, key(tenant, conversation="c2"))
@@ -136,7 +126,7 @@ def test_delete_conversation_tombstones_refuses_and_purges(
         )
         is None
     )
-    (audit,) = sql_store.list_audit(tenant, AuditQuery(principal_id="ana"))
+    (audit,) = turns.memory.list_audit(tenant, AuditQuery(principal_id="ana"))
     assert (audit.action, audit.deleted_turn_count) == (AuditAction.CONVERSATION_DELETED, 2)
     assert audit.conversation_id == "c1"
     assert turns.deleted_conversations(tenant, "ana") == {"c1"}
@@ -149,16 +139,14 @@ def test_delete_conversation_tombstones_refuses_and_purges(
     assert accept(turns, key(tenant, turn="t4")) is AcceptOutcome.CONVERSATION_DELETED
 
 
-def test_failed_purge_stays_pending(turns: SqlTurnStore, tenant: str) -> None:
+def test_failed_purge_stays_pending(turns: Operations, tenant: str) -> None:
     turns.delete_conversation(tenant, "ana", "c1", event("ana", AuditAction.CONVERSATION_DELETED))
     with pytest.raises(RuntimeError), turns.claim_purges(100):
         raise RuntimeError("index down")
     assert turns.deleted_conversations(tenant, "ana") == {"c1"}
 
 
-def test_failures_retry_later_then_give_up(
-    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
-) -> None:
+def test_failures_retry_later_then_give_up(turns: Operations, tenant: str) -> None:
     k = key(tenant)
     accept(turns, k)
     with turns.claim(1, LATER, only=k) as batch:
@@ -169,17 +157,18 @@ def test_failures_retry_later_then_give_up(
         (mine,) = [t for t in batch.turns if t.key == k]
         assert mine.attempts == 1
         batch.failed(mine, "ConnectionError", None)
-    assert stored_text(sql_store, tenant, k)[0] == "failed"
+    assert turns.stored_text(k)[0] == "failed"
     with turns.claim(1000, LATER + timedelta(days=1)) as batch:
         assert k not in [t.key for t in batch.turns]
 
 
-def test_erase_removes_everything_but_counts(
-    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
-) -> None:
-    with sql_store.transaction(tenant, lock_principal="ana") as tx:
-        tx.put_block("ana", StoredBlock("line one\nline two", "e1", T0))
-        tx.put_settings("ana", StoredSettings(memory_enabled=True, update_time=T0))
+def test_erase_removes_everything_but_counts(turns: Operations, tenant: str) -> None:
+    turns.put_memory(
+        tenant,
+        "ana",
+        StoredBlock("line one\nline two", "e1", T0),
+        StoredSettings(memory_enabled=True, update_time=T0),
+    )
     accept(turns, key(tenant, turn="a"))
     accept(turns, key(tenant, turn="b"))
     accept(turns, key(tenant, principal="bob"))
@@ -189,21 +178,18 @@ def test_erase_removes_everything_but_counts(
     )
     assert (erased.removed_line_count, erased.deleted_turn_count) == (2, 2)
     assert purged == ["x"]
-    memory = sql_store.read(tenant, "ana")
+    memory = turns.memory.read(tenant, "ana")
     assert memory.block is None and memory.settings is None
     with turns.claim(1000, LATER) as batch:
         keys = [t.key for t in batch.turns]
     assert key(tenant, principal="bob") in keys
     assert not [k for k in keys if k.tenant_id == tenant and k.principal_id == "ana"]
-    (audit,) = sql_store.list_audit(tenant, AuditQuery(principal_id="ana"))
+    (audit,) = turns.memory.list_audit(tenant, AuditQuery(principal_id="ana"))
     assert (audit.removed_line_count, audit.deleted_turn_count) == (2, 2)
 
 
-def test_erase_whose_purge_fails_erases_nothing(
-    turns: SqlTurnStore, sql_store: SqlMemoryStore, tenant: str
-) -> None:
-    with sql_store.transaction(tenant, lock_principal="ana") as tx:
-        tx.put_block("ana", StoredBlock("keep me", "e1", T0))
+def test_erase_whose_purge_fails_erases_nothing(turns: Operations, tenant: str) -> None:
+    turns.put_memory(tenant, "ana", StoredBlock("keep me", "e1", T0))
     accept(turns, key(tenant))
 
     def fail() -> None:
@@ -211,16 +197,16 @@ def test_erase_whose_purge_fails_erases_nothing(
 
     with pytest.raises(ConnectionError):
         turns.erase_principal(tenant, "ana", event("ana", AuditAction.PRINCIPAL_DATA_ERASED), fail)
-    assert sql_store.read(tenant, "ana").block is not None
-    assert sql_store.list_audit(tenant, AuditQuery(principal_id="ana")) == []
+    assert turns.memory.read(tenant, "ana").block is not None
+    assert turns.memory.list_audit(tenant, AuditQuery(principal_id="ana")) == []
     with turns.claim(1, LATER, only=key(tenant)) as batch:
         assert len(batch.turns) == 1
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("sql_store", ["postgres"], indirect=True)
+@pytest.mark.parametrize("turns", ["postgres"], indirect=True)
 def test_postgres_claims_skip_each_others_turns_across_tenants(
-    turns: SqlTurnStore, tenant: str
+    turns: Operations, tenant: str
 ) -> None:
     other = tenant + "-b"
     for i in range(4):
