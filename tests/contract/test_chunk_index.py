@@ -162,9 +162,7 @@ class Opener:
         return self.open(model_id, dimension)
 
 
-@pytest.fixture(
-    params=["edge", "local", pytest.param("server", marks=pytest.mark.qdrant), "fake"]
-)
+@pytest.fixture(params=["edge", "local", pytest.param("server", marks=pytest.mark.qdrant), "fake"])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     opener = Opener(request.param, tmp_path)
     if request.param == "local":
