@@ -7,6 +7,7 @@ and over every real adapter, so a fake cannot drift from what the real stores do
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 from collections import Counter
@@ -772,3 +773,38 @@ class _InspectionRows:
                 d for d in self._inspections.deleted if d[:2] != self._owner
             }
         return self._inspections.erase(*self._owner)
+
+
+# --- The embedder and the clock ------------------------------------------------------------
+
+
+class HashEmbedder:
+    """`Embedder` with deterministic unit vectors from a hash of the text, one window per
+    text: equal texts get equal vectors, so a query for a turn's exact words finds it first on
+    the semantic side (the model itself is tested in test_embedding.py)."""
+
+    model_id = "hash-embedder-8"
+    dimension = 8
+
+    def __init__(self) -> None:
+        self.fail: Exception | None = None
+
+    def embed_documents(self, texts: Sequence[str]) -> list[tuple[tuple[float, ...], ...]]:
+        if self.fail is not None:
+            raise self.fail
+        return [(self.embed_query(t),) for t in texts]
+
+    def embed_query(self, text: str) -> tuple[float, ...]:
+        raw = [b - 127.5 for b in hashlib.sha256(text.encode()).digest()[: self.dimension]]
+        norm = math.sqrt(sum(x * x for x in raw))
+        return tuple(x / norm for x in raw)
+
+
+class FakeClock:
+    """A clock tests move by hand."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
