@@ -61,7 +61,7 @@ a question asked in the turn before, and a question about it names what that tur
 So the keyword side of a chunk also holds the terms of the chunk just before and just after
 it in its conversation, at a lower weight so that a turn's own words still rank it first.
 Measured on real conversations (LoCoMo, bench/search_levers.py), with the keyword share at
-0.8 (server/domain/search.py, KEYWORD_WEIGHT): hybrid R@5 0.784 -> 0.826,
+0.8 (server/domain/fusion.py, KEYWORD_WEIGHT): hybrid R@5 0.784 -> 0.826,
 R@10 0.840 -> 0.885, MRR@10 0.612 -> 0.627; the leave-one-out folds chose 0.4 or 0.5 (figures
 in docs/decisions.md). Whole neighbours (weight 1) lost the first hit (R@1 0.414). Only the
 keyword side gets context: every context variant measured worse on the semantic side."""

@@ -227,7 +227,8 @@ def _open_error(error: Exception, data_dir: Path) -> ChunkIndexError:
 
 
 class QdrantEdgeChunkIndex:
-    """The ChunkIndex port on an embedded EdgeShard under `path` (created on first use).
+    """Every role of the chunk index (`ChunkIndex`, server/domain/ports.py) on an embedded
+    EdgeShard under `path` (created on first use).
 
     `path` is this index's own directory (for example `<data-dir>/chunks`): the shard lives in
     `path/shard`, the model record in `path/memoria-index.json`. Opening a directory whose

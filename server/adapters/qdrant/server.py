@@ -264,7 +264,8 @@ def _unavailable(error: Exception) -> MemoriaError:
 
 
 class QdrantServerChunkIndex:
-    """The ChunkIndex port on one collection of a Qdrant server (created if missing).
+    """Every role of the chunk index (`ChunkIndex`, server/domain/ports.py) on one collection
+    of a Qdrant server (created if missing).
 
     Opening a collection whose vectors came from another model or dimension raises
     EmbeddingMismatchError; one that Memoria did not create raises ChunkIndexError.
