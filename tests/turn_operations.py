@@ -30,7 +30,7 @@ from server.domain.model import (
     TurnKey,
 )
 from server.domain.ports import MemoryStore, UnitsOfWork
-from tests.fakes import InMemoryTurnStore
+from tests.fakes import InMemoryInspectionStore, InMemoryTurnStore
 
 
 class _Operations:
@@ -99,8 +99,8 @@ class TurnOperations(_Operations):
 class FakeTurnOperations(_Operations):
     """The same on `InMemoryTurnStore` and its units of work."""
 
-    def __init__(self) -> None:
-        self.store = InMemoryTurnStore()
+    def __init__(self, inspections: InMemoryInspectionStore | None = None) -> None:
+        self.store = InMemoryTurnStore(inspections=inspections)
         self.units = self.store.units
         self.memory = self.store.memory
 

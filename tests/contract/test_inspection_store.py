@@ -1,7 +1,8 @@
-"""One contract over every InspectionStore: the in-memory fake, SQLite and PostgreSQL (as the
-service role, so row-level security applies), each written in the call and through the
-background writer. The unit tests' fake therefore records, scopes and purges as the real
-adapters do, and a deleted conversation or an erasure removes records in every one."""
+"""One contract over every InspectionStore: the in-memory fake (on its own and under the fake
+units of work), SQLite and PostgreSQL (as the service role, so row-level security applies),
+each written in the call and through the background writer. The unit tests' fake therefore
+records, scopes and purges as the real adapters do, and a deleted conversation or an erasure
+removes records in every one."""
 
 from __future__ import annotations
 
@@ -28,11 +29,12 @@ from server.domain.model import (
 from server.domain.ports import InspectionStore
 from tests.conftest import make_store
 from tests.fakes import InMemoryInspectionStore
-from tests.turn_operations import TurnOperations
+from tests.turn_operations import FakeTurnOperations, TurnOperations
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 KINDS = [
     "memory",
+    "memory-uow",  # the fake deleted and erased through the fake units of work
     "sqlite",
     "sqlite-buffered",
     pytest.param("postgres", marks=pytest.mark.postgres),
@@ -56,11 +58,21 @@ def subject(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Subject]
         fake = InMemoryInspectionStore()
         yield Subject(fake, fake.delete_conversation, fake.erase)
         return
+    if kind == "memory-uow":
+        fake = InMemoryInspectionStore()
+        yield _subject(fake, FakeTurnOperations(fake))
+        return
     sql = make_store(kind.split("-")[0], request, tmp_path)
     assert isinstance(sql, SqlMemoryStore)
     inner = SqlInspectionStore(sql.db)
     store: InspectionStore = BufferedInspectionStore(inner) if "buffered" in kind else inner
-    turns = TurnOperations(sql.db)
+    yield _subject(store, TurnOperations(sql.db))
+    if isinstance(store, BufferedInspectionStore):
+        store.close()
+
+
+def _subject(store: InspectionStore, turns: TurnOperations | FakeTurnOperations) -> Subject:
+    """`store`, with conversations deleted and principals erased by the domain on `turns`."""
 
     def delete_conversation(tenant: str, principal: str, conversation: str) -> None:
         store.flush()
@@ -74,9 +86,7 @@ def subject(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Subject]
             tenant, principal, event, lambda: None
         ).deleted_inspection_count
 
-    yield Subject(store, delete_conversation, erase)
-    if isinstance(store, BufferedInspectionStore):
-        store.close()
+    return Subject(store, delete_conversation, erase)
 
 
 def key(tenant: str, principal: str = "ana", conversation: str = "c1", turn: str = "t1") -> TurnKey:
