@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import grpc
 from opentelemetry import metrics, trace
@@ -80,10 +80,7 @@ class Telemetry:
 
     def chunk_index(self, index: ChunkIndex, engine: str) -> ChunkIndex:
         """The chunk index with a span per call and the indexing counters."""
-        if not self.enabled:
-            return index
-        # The wrapper implements most roles through __getattr__, which mypy does not see.
-        return cast(ChunkIndex, TracedChunkIndex(index, self.tracer, self.meter, engine))
+        return TracedChunkIndex(index, self.tracer, self.meter, engine) if self.enabled else index
 
     def embedder(self, embedder: Embedder) -> Embedder:
         """The embedder with a span per call."""
