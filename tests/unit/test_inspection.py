@@ -48,7 +48,7 @@ class Turns:
 
 
 class Index:
-    """The one ChunkIndex read the inspector needs: chunk texts by turn."""
+    """The one chunk index role the inspector needs (`ChunkTexts`): chunk texts by turn."""
 
     def __init__(self) -> None:
         self.chunks: dict[tuple[str, str], tuple[str, ...]] = {}
