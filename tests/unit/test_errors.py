@@ -1,6 +1,6 @@
 """The error table: every domain reason exists in the contract and maps to one status; the
 ErrorInfo metadata of each reason is declared once (server/domain/errors.py DETAILS_OF), every
-raise site uses its reason's declaration, and the README's error table documents each key."""
+raise site uses its reason's declaration, and the error table of docs/api.md documents each key."""
 
 from __future__ import annotations
 
@@ -134,11 +134,11 @@ def test_every_raise_site_uses_its_reasons_declared_details() -> None:
     assert {cls.__name__ for cls in DETAILS_OF.values()} <= used
 
 
-def test_the_readme_error_table_documents_every_reason_and_key() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_api_docs_error_table_documents_every_reason_and_key() -> None:
+    api_docs = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
     rows = {
         match.group(1): match.group(2)
-        for match in re.finditer(r"^\| `ERROR_REASON_([A-Z_]+)` \|(.*)\|$", readme, re.M)
+        for match in re.finditer(r"^\| `ERROR_REASON_([A-Z_]+)` \|(.*)\|$", api_docs, re.M)
     }
     assert set(rows) == {reason.name for reason in ErrorReason}
     for reason in ErrorReason:
