@@ -227,6 +227,34 @@ def test_every_block_is_run_or_says_why() -> None:
     assert used == set(CHECKS), f"checks no block uses: {sorted(set(CHECKS) - used)}"
 
 
+LINK = re.compile(r"\]\((?!https?:|mailto:)(?P<path>[^)#\s]*)(?:#(?P<anchor>[^)\s]+))?\)")
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown file (lower case, punctuation
+    other than - and _ dropped, spaces as -)."""
+    headings: list[str] = []
+    in_block = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if FENCE.match(line):
+            in_block = not in_block
+        elif not in_block and (heading := re.match(r"#+ (.+)$", line)):
+            headings.append(heading.group(1))
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_link_between_the_docs_resolves() -> None:
+    problems: list[str] = []
+    for path in DOCUMENTS:
+        for match in LINK.finditer(path.read_text(encoding="utf-8")):
+            target = (path.parent / match.group("path")).resolve() if match.group("path") else path
+            if not target.exists():
+                problems.append(f"{path.relative_to(ROOT)}: {match.group(0)}: no such file")
+            elif match.group("anchor") and match.group("anchor") not in _anchors(target):
+                problems.append(f"{path.relative_to(ROOT)}: {match.group(0)}: no such heading")
+    assert not problems, "\n".join(problems)
+
+
 # --- running them -----------------------------------------------------------------------------
 
 
