@@ -31,7 +31,7 @@ Memoria's writes are kilobytes each, far below any watermark.
 
 On PostgreSQL and a Qdrant server the data dir holds nothing of the stores, so no guard is
 built (`FreeSpace.for_settings` returns None); those servers answer a full disk themselves
-(README, "Running on PostgreSQL").
+(docs/operations.md, "A full disk").
 """
 
 from __future__ import annotations

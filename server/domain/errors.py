@@ -7,8 +7,8 @@ domain never names status codes. Member names equal the contract's value names w
 The ErrorInfo metadata a reason carries is declared here, once: one frozen dataclass per reason
 that has any (`DETAILS_OF`), whose field names are the metadata keys. A raise site passes an
 instance of its reason's class, so a key cannot be chosen, misspelt or forgotten at the site
-(mypy checks the fields; `MemoriaError` refuses another class). The README's error table
-documents every declared key (a unit test checks it).
+(mypy checks the fields; `MemoriaError` refuses another class). The error table of
+docs/api.md documents every declared key (a unit test checks it).
 """
 
 from __future__ import annotations

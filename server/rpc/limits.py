@@ -4,7 +4,7 @@ Why: grpc's sync server receives a unary call's request on a pool thread and wai
 there without a time limit. Four half-sent requests (headers and part of a body), or four
 reflection streams that send nothing, held the four handler threads, and every other caller's
 calls timed out; about 260 of them made everyone else get RESOURCE_EXHAUSTED; idle TCP
-connections were never closed (issue 16). The sync server stays (README, "Decisions"); this
+connections were never closed (issue 16). The sync server stays (docs/decisions.md); this
 module changes what a waiting call costs and who pays when there are too many:
 
 - **Receiving is bounded in time.** Every method is served as a client-streaming one (the wire
@@ -59,7 +59,8 @@ REAP_TICK_SECONDS = 0.25
 
 @dataclass(frozen=True)
 class Limits:
-    """The admission limits (configured in server/runtime/settings.py, documented in the README)."""
+    """The admission limits (configured in server/runtime/settings.py; docs/operations.md,
+    "Limits")."""
 
     executing: int
     max_receiving: int

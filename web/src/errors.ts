@@ -1,6 +1,6 @@
 /**
  * Every error the server can answer, in words a person understands. The server's ErrorInfo
- * reason (memoria.v1.ErrorReason, README "Errors") picks the sentence; a status without one
+ * reason (memoria.v1.ErrorReason, docs/api.md "Errors") picks the sentence; a status without one
  * (a proxy in the way, the network) is worded by its code. A raw status or exception text is
  * never shown: it would mean nothing to the person and could say more than it should.
  */

@@ -11,7 +11,7 @@ SQLite it queues on the store's one writer lock like every write.
 its turn only appends the record to an in-process queue, and one background thread writes
 what has queued, in one transaction per tenant. Measured with bench/bench_inspector.py on
 SQLite: writing each record in the call made a render with a turn reference serve about
-0.35-0.4 of a plain render's requests/s (README, The inspector, has the buffered figure).
+0.35-0.4 of a plain render's requests/s (bench/README.md has the buffered figure).
 Reading a turn's records, deleting a conversation and erasing first wait until everything
 recorded before has been written (`flush`), so this process never shows a stale inspection
 nor leaves a record behind an erasure. Records still queued when the process dies are lost:
