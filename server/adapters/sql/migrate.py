@@ -32,6 +32,12 @@ def upgrade(engine: Engine, app_role: str | None = None) -> None:
     command.upgrade(_config(engine, app_role), "head")
 
 
+def downgrade(engine: Engine, revision: str, app_role: str | None = None) -> None:
+    """Bring the schema back to `revision`, to run the release before it (each migration's
+    downgrade restores what it changed, grants to `app_role` included)."""
+    command.downgrade(_config(engine, app_role), revision)
+
+
 def is_current(engine: Engine) -> bool:
     """Whether the database is at the newest revision (checked before serving)."""
     script = ScriptDirectory.from_config(_config(engine, None))
