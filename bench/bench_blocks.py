@@ -456,8 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(machine_line())
     print(software_line(f"ghz {ghz_version(ghz)}"))
     print(
-        f"server: memoria serve, sync gRPC with {settings.threads} worker threads, "
-        f"db pool {settings.db_pool_size}, auth trusted-headers (loopback)"
+        f"server: memoria serve, sync gRPC with {settings.serve.threads} worker threads, "
+        f"db pool {settings.store.db_pool_size}, auth trusted-headers (loopback)"
     )
     for fact in facts:
         print(fact)

@@ -788,7 +788,7 @@ def measure_indexing(
             if time.monotonic() + estimate > deadline:
                 raise BudgetExceeded(f"indexing round {rnd} {path}")
             if path == "model":
-                run = model_alone(embedder, turns, settings.index_batch_size, rnd)
+                run = model_alone(embedder, turns, settings.indexing.batch_size, rnd)
             else:
                 run = through_service(
                     channel, server, database, turns, rnd, max(600.0, estimate * 4)
@@ -868,8 +868,8 @@ def print_indexing(runs: Sequence[IndexRun], corpus: Corpus, settings: Settings)
     print()
     print(
         f"Indexing {describe(turns)},\n"
-        f"worker batches of {settings.index_batch_size} turns, embedding threads "
-        f"{settings.embedding_threads} (server and model alone)"
+        f"worker batches of {settings.indexing.batch_size} turns, embedding threads "
+        f"{settings.embedding.threads} (server and model alone)"
     )
     print(f"{'path':<8} {'round':>5} {'seconds':>8} {'chunks/s':>9} {'cpu s/chunk':>12}")
     for run in runs:
@@ -948,7 +948,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-search-")))
             server_dir, direct_dir = tmp / "server", tmp / "direct"
-            embedder = OnnxMiniLmEmbedder(intra_op_threads=settings.embedding_threads)
+            embedder = OnnxMiniLmEmbedder(intra_op_threads=settings.embedding.threads)
             corpus = populate(
                 server_dir,
                 plan,
@@ -1014,9 +1014,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     )
     print(
-        f"server: memoria serve --data-dir (SQLite + embedded Qdrant), {settings.threads} gRPC "
-        f"threads, {settings.index_worker_threads} index worker thread(s), embedding threads "
-        f"{settings.embedding_threads}; this process uses the same embedding threads"
+        "server: memoria serve --data-dir (SQLite + embedded Qdrant), "
+        f"{settings.serve.threads} gRPC threads, "
+        f"{settings.indexing.worker_threads} index worker thread(s), embedding threads "
+        f"{settings.embedding.threads}; this process uses the same embedding threads"
     )
     for fact in facts:
         print(fact)

@@ -1140,9 +1140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(machine_line())
     print(
-        f"{software_line()}; server defaults: {settings.threads} gRPC threads, "
-        f"{settings.index_worker_threads} index worker thread(s), "
-        f"embedding threads {settings.embedding_threads}"
+        f"{software_line()}; server defaults: {settings.serve.threads} gRPC threads, "
+        f"{settings.indexing.worker_threads} index worker thread(s), "
+        f"embedding threads {settings.embedding.threads}"
     )
     print(
         f"load: open loop, {' '.join(f'{FULL_NAMES[r]} {plan.rates[r]:g}/s' for r in RPCS)} "

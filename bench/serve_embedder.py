@@ -72,8 +72,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     from server.runtime.app import start
     from server.telemetry import configure_logging
 
-    configure_logging(settings.log_level)
-    embedder = build_embedder(args.embedder, settings.embedding_threads)
+    configure_logging(settings.serve.log_level)
+    embedder = build_embedder(args.embedder, settings.embedding.threads)
     log.info("serving with embedder %s (%s)", args.embedder, embedder.model_id)
     running = start(settings, embedder=embedder)
     gc.freeze()  # as `memoria serve` does (server/runtime/cli.py)
@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.port_file.write_text(str(running.port))
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        running.stop(settings.shutdown_grace_seconds)
+        running.stop(settings.serve.shutdown_grace_seconds)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

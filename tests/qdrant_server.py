@@ -72,7 +72,7 @@ def given_endpoint() -> QdrantEndpoint | None:
         return None
     grpc_port = os.environ.get("MEMORIA_TEST_QDRANT_GRPC_PORT")
     settings = Settings(qdrant_url=url, qdrant_grpc_port=int(grpc_port) if grpc_port else None)
-    return QdrantEndpoint(url, settings.effective_qdrant_grpc_port)
+    return QdrantEndpoint(url, settings.qdrant.effective_grpc_port)
 
 
 @dataclass

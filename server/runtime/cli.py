@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import logging
 import os
 import signal
@@ -16,7 +17,15 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from server.runtime import token_cli
-from server.runtime.settings import Settings, listen_host
+from server.runtime.settings import (
+    BY_FLAT_NAME,
+    SETTINGS,
+    InvalidSettings,
+    Settings,
+    StartupRefusal,
+    listen_host,
+    naming,
+)
 
 if TYPE_CHECKING:
     from server.domain.model import Owner
@@ -119,21 +128,37 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    """The settings: the flags given (each flag's dest is its setting's flat name) over the
+    environment."""
     overrides: dict[str, Any] = {
-        key: value
-        for key in (
-            "listen",
-            "data_dir",
-            "database_url",
-            "qdrant_url",
-            "qdrant_grpc_port",
-            "auth",
-            "processes",
-            "http_listen",
-        )
-        if (value := getattr(args, key, None)) is not None
+        setting.flat: value
+        for setting in SETTINGS
+        if (value := getattr(args, setting.flat, None)) is not None
     }
     return Settings(**overrides)
+
+
+def setting_flags(command: str | None = None) -> dict[str, list[str]]:
+    """The flags that set a setting (by flat name), of one command or of every command: read
+    from the parser, where they are declared."""
+    flags: dict[str, list[str]] = {}
+    for name, parser in _subcommands(_parser()).items():
+        if command is not None and name != command:
+            continue
+        for action in parser._actions:
+            if action.dest in BY_FLAT_NAME and action.help != argparse.SUPPRESS:
+                for flag in action.option_strings:
+                    if flag not in flags.setdefault(action.dest, []):
+                        flags[action.dest].append(flag)
+    return flags
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser of each subcommand (argparse keeps them on its subparsers action)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
 
 
 def _add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
@@ -185,34 +210,45 @@ def main(argv: list[str] | None = None) -> None:
 
         cli_export.main(args)
         return
+    flags = {flat: names[0] for flat, names in setting_flags(args.command).items()}
     try:
         settings = _settings(args)
-    except ValueError as error:  # pydantic's ValidationError is a ValueError
-        sys.exit(f"memoria: invalid configuration:\n{error}")
+    except InvalidSettings as error:  # one line per invalid setting, naming what to change
+        sys.exit("\n".join(f"memoria {args.command}: {line}" for line in error.lines(flags)))
     from server.telemetry import configure_logging
 
-    configure_logging(settings.log_level)
+    configure_logging(settings.serve.log_level)
     from sqlalchemy.exc import OperationalError
 
     try:
-        if args.command == "migrate":
-            _migrate(settings, args.app_role)
-        elif args.command == "worker":
-            _worker(settings)
-        elif args.command == "compact":
-            _compact(settings)
-        elif args.command == "reindex":
-            _reindex(settings, _owner(args.only_tenant, args.only_principal))
-        elif args.command == "token":
-            token_cli.run(settings, args)
-        elif args.process_index is None and settings.processes > 1:
-            _serve_workers(settings, args)
-        else:
-            _serve(settings, args.port_file, args.process_index)
+        _run(args, settings)
+    except StartupRefusal as refusal:
+        sys.exit(f"memoria {args.command}: {refusal.line(flags)}")
     except OperationalError as error:
         # A database that cannot be reached (or refuses the login) is a configuration problem
         # to state in one line, not a traceback of the driver's internals.
-        sys.exit(f"memoria {args.command}: cannot use the database: {_first_line(error)}")
+        where = naming("database_url", flags)
+        sys.exit(
+            f"memoria {args.command}: cannot use the database: {_first_line(error)}; check {where}"
+        )
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> None:
+    """The command, on its settings."""
+    if args.command == "migrate":
+        _migrate(settings, args.app_role)
+    elif args.command == "worker":
+        _worker(settings)
+    elif args.command == "compact":
+        _compact(settings)
+    elif args.command == "reindex":
+        _reindex(settings, _owner(args.only_tenant, args.only_principal))
+    elif args.command == "token":
+        token_cli.run(settings, args)
+    elif args.process_index is None and settings.serve.processes > 1:
+        _serve_workers(settings, args)
+    else:
+        _serve(settings, args.port_file, args.process_index)
 
 
 def _first_line(error: Exception) -> str:
@@ -227,12 +263,12 @@ def _migrate(settings: Settings, app_role: str | None) -> None:
     from server.adapters.sql.engine import create_store_engine, sqlite_url
 
     url = (
-        settings.database_url.get_secret_value()
-        if settings.database_url
-        else sqlite_url(settings.data_dir)
+        settings.store.database_url.get_secret_value()
+        if settings.store.database_url
+        else sqlite_url(settings.store.data_dir)
     )
-    if settings.database_url is None:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.store.database_url is None:
+        settings.store.data_dir.mkdir(parents=True, exist_ok=True)
     engine = create_store_engine(url, pool_size=1)
     migrate.upgrade(engine, app_role=app_role)
     engine.dispose()
@@ -244,14 +280,15 @@ def _compact(settings: Settings) -> None:
     every Python thread for seconds to minutes, so it is an offline step (the server holds
     the index's lock while it runs, so this refuses to run beside it)."""
     from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
-    from server.runtime.app import build_chunk_index, build_embedder
+    from server.runtime.build.chunks import build_chunk_index
+    from server.runtime.build.embedding import build_embedder
 
-    if not settings.embedded_chunks:
+    if settings.qdrant.url is not None:
         sys.exit("memoria compact: a Qdrant server optimizes its collections by itself")
     index = build_chunk_index(settings, build_embedder(settings))
     assert isinstance(index, QdrantEdgeChunkIndex)
     try:
-        log.info("optimizing the chunk index in %s", settings.data_dir)
+        log.info("optimizing the chunk index in %s", settings.store.data_dir)
         index.optimize()
     finally:
         index.close()
@@ -280,7 +317,8 @@ def _reindex(settings: Settings, owner: Owner) -> None:
     with the server stopped (a running server does the same in its worker threads)."""
     from server.domain.keywords import KeywordEncoder
     from server.domain.reindex import KeywordReindexer
-    from server.runtime.app import build_chunk_index, build_embedder
+    from server.runtime.build.chunks import build_chunk_index
+    from server.runtime.build.embedding import build_embedder
 
     index = build_chunk_index(settings, build_embedder(settings))
     try:
@@ -303,17 +341,17 @@ def _worker(settings: Settings) -> None:
     """Index turns until SIGTERM. Separate worker processes need shared stores: the embedded
     SQLite database and Qdrant engine belong to the one `memoria serve` process that opened
     them (its own worker threads index for it). Built by the same composition root as
-    `memoria serve` (server/runtime/app.py `start_worker`)."""
+    `memoria serve` (server/runtime/build/worker.py `start_worker`)."""
     import threading
 
-    from server.runtime.app import start_worker
+    from server.runtime.build.worker import start_worker
 
-    if settings.embedded or settings.embedded_chunks:
+    if settings.store.embedded or settings.qdrant.embedded:
         sys.exit(
             "memoria worker: needs --database-url and --qdrant-url; the embedded stores belong "
             "to the `memoria serve` process, whose own worker threads index for it"
         )
-    log.info("settings %s", settings.redacted())
+    _log_settings(settings)
     running = start_worker(settings)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
@@ -324,6 +362,16 @@ def _worker(settings: Settings) -> None:
     log.info("stopped")
 
 
+def _log_settings(settings: Settings) -> None:
+    """The settings in effect, one line per group with secrets masked: readable in the
+    message, and whole under `settings` in the JSON line for a machine to read."""
+    for group, values in settings.redacted().items():
+        text = " ".join(f"{key}={json.dumps(value)}" for key, value in values.items())
+        log.info("settings %s: %s", group, text, extra={"fields": {"settings": {group: values}}})
+    for name in Settings.unknown_env(os.environ):
+        log.warning("ignoring unknown environment variable %s", name)
+
+
 def _serve_workers(settings: Settings, args: argparse.Namespace) -> None:
     """`--processes N`: this process supervises N serving processes on one port."""
     from server.runtime.processes import Supervisor, name_this_process, refusal
@@ -331,9 +379,7 @@ def _serve_workers(settings: Settings, args: argparse.Namespace) -> None:
     if (reason := refusal(settings)) is not None:
         sys.exit(f"memoria serve: {reason}")
     name_this_process("supervisor")
-    log.info("settings %s", settings.redacted())
-    for name in Settings.unknown_env(os.environ):
-        log.warning("ignoring unknown environment variable %s", name)
+    _log_settings(settings)
     # The children get the flags given here (so a URL given in the environment stays there).
     passed = [
         (flag, getattr(args, key))
@@ -361,9 +407,7 @@ def _serve(settings: Settings, port_file: Path | None, worker_index: int | None 
             sys.exit(f"memoria serve: {reason}")
         name_this_process(f"worker-{worker_index}")
     else:
-        log.info("settings %s", settings.redacted())
-        for name in Settings.unknown_env(os.environ):
-            log.warning("ignoring unknown environment variable %s", name)
+        _log_settings(settings)
     running = start(settings)
     # Everything built so far (the embedding model, the stemmer, gRPC, SQLAlchemy) lives as
     # long as the process: out of the collector's reach, a full collection scans only what
@@ -374,20 +418,20 @@ def _serve(settings: Settings, port_file: Path | None, worker_index: int | None 
         "serving memoria on port %d (auth=%s, store=%s, pid %d)",
         running.port,
         settings.effective_auth,
-        "sqlite" if settings.embedded else "postgresql",
+        "sqlite" if settings.store.embedded else "postgresql",
         os.getpid(),
     )
     if running.web is not None:
         log.info(
             "serving the settings page, Connect and gRPC-Web on http://%s/",
-            f"{listen_host(settings.http_listen or '')}:{running.web.port}",
+            f"{listen_host(settings.http.listen or '')}:{running.web.port}",
         )
     if port_file is not None:
         port_file.write_text(str(running.port))
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal %d: draining for up to %ss", signum, settings.shutdown_grace_seconds)
-        running.stop(settings.shutdown_grace_seconds)
+        log.info("signal %d: draining for up to %ss", signum, settings.serve.shutdown_grace_seconds)
+        running.stop(settings.serve.shutdown_grace_seconds)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

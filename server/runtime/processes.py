@@ -69,15 +69,15 @@ _PR_SET_PDEATHSIG = 1
 
 def refusal(settings: Settings) -> str | None:
     """Why these settings cannot run several serving processes, or None if they can."""
-    if settings.processes == 1:
+    if settings.serve.processes == 1:
         return None
     embedded = []
-    if settings.embedded:
+    if settings.store.embedded:
         embedded.append(
             "SQLite (no --database-url): the server reads it through an in-process cache and "
             "tombstone list that are exact only while its own process is the only writer"
         )
-    if settings.embedded_chunks:
+    if settings.qdrant.embedded:
         embedded.append(
             "the embedded Qdrant engine (no --qdrant-url): one process owns the store under "
             "the data dir and holds its lock, so a second process cannot open it"
@@ -85,7 +85,7 @@ def refusal(settings: Settings) -> str | None:
     if not embedded:
         return None
     return (
-        f"--processes {settings.processes} needs stores that several processes can share: "
+        f"--processes {settings.serve.processes} needs stores that several processes can share: "
         "PostgreSQL (--database-url) and a Qdrant server (--qdrant-url). These belong to one "
         "process: " + "; ".join(embedded) + ". Run one process (--processes 1), or move to "
         "PostgreSQL and a Qdrant server (README: 'Running on a Qdrant server')."
@@ -167,16 +167,16 @@ class Supervisor:
 
     def run(self) -> int:
         """Serve until told to stop; the exit status for the command."""
-        count = self.settings.processes
+        count = self.settings.serve.processes
         try:
-            reserved, port = reserve_port(self.settings.listen)
+            reserved, port = reserve_port(self.settings.serve.listen)
         except OSError as error:
-            log.error("cannot listen on %s: %s", self.settings.listen, error)
+            log.error("cannot listen on %s: %s", self.settings.serve.listen, error)
             return 1
-        host = self.settings.listen.rpartition(":")[0]
+        host = self.settings.serve.listen.rpartition(":")[0]
         self._listen = f"{host}:{port}"
         self._env = dict(os.environ)
-        if self.settings.page_token_secret is None:
+        if self.settings.serve.page_token_secret is None:
             self._env["MEMORIA_PAGE_TOKEN_SECRET"] = secrets.token_urlsafe(32)
             log.warning(
                 "MEMORIA_PAGE_TOKEN_SECRET is not set: the %d workers share a key drawn now, "
@@ -230,7 +230,7 @@ class Supervisor:
             "--listen",
             self._listen,
             "--processes",
-            str(self.settings.processes),
+            str(self.settings.serve.processes),
             "--port-file",
             str(child.port_file),
             "--process-index",
@@ -318,12 +318,12 @@ class Supervisor:
             "%s: stopping %d workers (each drains for up to %ss)",
             reason,
             len(live),
-            self.settings.shutdown_grace_seconds,
+            self.settings.serve.shutdown_grace_seconds,
         )
         for child in live:
             assert child.process is not None
             child.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.settings.shutdown_grace_seconds + STOP_MARGIN_S
+        deadline = time.monotonic() + self.settings.serve.shutdown_grace_seconds + STOP_MARGIN_S
         while any(c.process.poll() is None for c in live if c.process is not None):
             left = deadline - time.monotonic()
             if left <= 0:

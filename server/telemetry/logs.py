@@ -14,7 +14,10 @@ from opentelemetry import trace
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and the trace and span ids
     of the span current when the line was logged (absent outside any span). `process`, when
-    given, names the process on every line (`memoria serve --processes N` shares one stream)."""
+    given, names the process on every line (`memoria serve --processes N` shares one stream).
+    A record's `fields` (`log.info(..., extra={"fields": {...}})`) are added to its line as
+    JSON values, for what a machine reads (the start-up settings); they never replace the
+    line's own keys."""
 
     def __init__(self, process: str | None = None) -> None:
         super().__init__()
@@ -29,6 +32,9 @@ class JsonFormatter(logging.Formatter):
         }
         if self._process is not None:
             line["process"] = self._process
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            line.update({key: value for key, value in fields.items() if key not in line})
         span_context = trace.get_current_span().get_span_context()
         if span_context.is_valid:
             line["trace_id"] = trace.format_trace_id(span_context.trace_id)

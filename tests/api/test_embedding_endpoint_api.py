@@ -23,7 +23,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
-from server.runtime.app import build_embedder, start
+from server.runtime.app import start
+from server.runtime.build.embedding import build_embedder
 from server.runtime.settings import Settings
 from tests.api.conftest import expect_error, shared_embedder, start_server
 from tests.embedding_endpoint import SECRET_BODY, EmbeddingEndpoint, Fault
@@ -216,7 +217,8 @@ def test_serve_exits_in_one_line_when_the_endpoint_cannot_be_used(tmp_path: Path
         ),
     )
     assert last == (
-        f"memoria: cannot use the embeddings endpoint at {url}: cannot connect (ConnectError)"
+        f"memoria serve: cannot use the embeddings endpoint at {url}: cannot connect "
+        "(ConnectError); check MEMORIA_EMBEDDING_URL"
     )
     assert "sk-never-in-the-log" not in stderr
 
@@ -231,7 +233,8 @@ def test_a_key_file_that_cannot_be_read_is_one_line(
     with pytest.raises(SystemExit) as refused:
         build_embedder(settings)
     assert str(refused.value) == (
-        f"memoria: cannot read the embeddings API key file {missing}: FileNotFoundError"
+        f"cannot read the embeddings API key file {missing}: FileNotFoundError; "
+        "check MEMORIA_EMBEDDING_API_KEY_FILE"
     )
     assert endpoint.requests == []
 
@@ -243,7 +246,7 @@ def test_a_refused_probe_is_one_line_naming_the_status(
     with pytest.raises(SystemExit) as refused:
         build_embedder(settings_for(endpoint, tmp_path))
     assert str(refused.value) == (
-        f"memoria: cannot use the embeddings endpoint at {endpoint.base_url}: "
-        "HTTP 401: test_error/401"
+        f"cannot use the embeddings endpoint at {endpoint.base_url}: "
+        "HTTP 401: test_error/401; check MEMORIA_EMBEDDING_URL"
     )
     assert SECRET_BODY not in str(refused.value)

@@ -228,6 +228,12 @@ def test_an_unreachable_qdrant_at_start_is_one_line_and_a_failed_exit(tmp_path: 
         clean_env(),
     )
     assert last.startswith(
-        f"memoria: cannot reach the Qdrant server at http://127.0.0.1:{port} (gRPC port {port}): "
+        f"memoria serve: cannot reach the Qdrant server at http://127.0.0.1:{port} "
+        f"(gRPC port {port}): "
     )
     assert "Connection refused" in last
+    # It names what to change, as this command spells it.
+    assert last.endswith(
+        "; check MEMORIA_QDRANT_URL (or --qdrant-url), "
+        "MEMORIA_QDRANT_GRPC_PORT (or --qdrant-grpc-port)"
+    )

@@ -16,7 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from server.runtime.cli import _settings
-from server.runtime.settings import Settings, is_loopback, listen_host
+from server.runtime.settings import InvalidSettings, Settings, is_loopback, listen_host
 
 HS256_SECRET = "config-test-jwt-secret-0123456789abcdef"
 
@@ -43,8 +43,8 @@ def flags(
 
 def test_default_listen_is_loopback_with_trusted_headers() -> None:
     settings = Settings()
-    assert is_loopback(listen_host(settings.listen))
-    assert settings.auth == "auto"
+    assert is_loopback(listen_host(settings.serve.listen))
+    assert settings.access.mode == "auto"
     assert settings.effective_auth == "trusted-headers"
 
 
@@ -65,7 +65,7 @@ def test_auto_is_trusted_headers_on_loopback(listen: str) -> None:
     "listen", ["0.0.0.0:50051", "[::]:0", "10.1.2.3:50051", "memoria.example:443", ":50051"]
 )
 def test_auto_off_loopback_without_a_jwt_key_is_refused(listen: str) -> None:
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(InvalidSettings) as caught:
         Settings(listen=listen)
     assert isinstance(caught.value, ValueError)  # what `memoria serve` catches
     assert "jwt" in str(caught.value).lower()
@@ -78,8 +78,8 @@ def test_auto_off_loopback_with_a_secret_in_the_env_is_jwt(
     monkeypatch.setenv("MEMORIA_JWT_HS256_SECRET", HS256_SECRET)
     settings = Settings()
     assert settings.effective_auth == "jwt"
-    assert settings.jwt_hs256_secret is not None
-    assert settings.jwt_hs256_secret.get_secret_value() == HS256_SECRET
+    assert settings.jwt.hs256_secret is not None
+    assert settings.jwt.hs256_secret.get_secret_value() == HS256_SECRET
 
 
 def test_auto_off_loopback_with_a_public_key_file_is_jwt(tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_auto_off_loopback_with_a_public_key_file_is_jwt(tmp_path: Path) -> None
 
 
 def test_explicit_jwt_on_loopback_needs_a_key() -> None:
-    with pytest.raises(ValidationError, match="MEMORIA_JWT_HS256_SECRET"):
+    with pytest.raises(InvalidSettings, match="MEMORIA_JWT_HS256_SECRET"):
         Settings(listen="127.0.0.1:0", auth="jwt")
     assert (
         Settings(listen="127.0.0.1:0", auth="jwt", jwt_hs256_secret=HS256_SECRET).effective_auth
@@ -102,7 +102,7 @@ def test_explicit_trusted_headers_off_loopback_is_the_operators_choice() -> None
 
 
 def test_unknown_auth_mode_is_refused() -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidSettings):
         Settings(auth="none")  # type: ignore[arg-type]
 
 
@@ -120,13 +120,13 @@ def test_unknown_auth_mode_is_refused() -> None:
 )
 @pytest.mark.parametrize("listen", ["127.0.0.1:0", "0.0.0.0:0"])
 def test_two_jwt_key_sources_are_refused(keys: dict[str, str], listen: str) -> None:
-    with pytest.raises(ValidationError, match="one JWT key source"):
+    with pytest.raises(InvalidSettings, match="one JWT key source"):
         Settings(listen=listen, **keys)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("listen", ["nope", "127.0.0.1", "127.0.0.1:", "127.0.0.1:http", ""])
 def test_bad_listen_is_refused(listen: str) -> None:
-    with pytest.raises(ValidationError, match="HOST:PORT"):
+    with pytest.raises(InvalidSettings, match="HOST:PORT"):
         Settings(listen=listen)
 
 
@@ -139,19 +139,20 @@ def test_redacted_never_contains_secret_values() -> None:
         jwt_hs256_secret=HS256_SECRET,
         page_token_secret=page_secret,
     )
-    text = settings.redacted()
+    values = settings.redacted()
+    text = json.dumps(values)
     for secret in (password, HS256_SECRET, page_secret):
         assert secret not in text
-    values = json.loads(text)
-    assert values["effective_auth"] == "jwt"
-    assert values["listen"] == "0.0.0.0:0"
-    assert values["jwt_hs256_secret"] != HS256_SECRET  # present, but masked
+    assert values["derived"]["auth"] == "jwt"
+    assert values["serve"]["listen"] == "0.0.0.0:0"
+    assert values["jwt"]["hs256_secret"] == "**********"  # present, but masked
+    assert values["store"]["database_url"] == "**********"
 
 
 def test_redacted_never_contains_secrets_from_the_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORIA_DATABASE_URL", "postgresql+psycopg://u:env-password-1a2b@h/db")
     monkeypatch.setenv("MEMORIA_PAGE_TOKEN_SECRET", "env-page-secret-3c4d")
-    text = Settings().redacted()
+    text = json.dumps(Settings().redacted())
     assert "env-password-1a2b" not in text
     assert "env-page-secret-3c4d" not in text
 
@@ -159,12 +160,12 @@ def test_redacted_never_contains_secrets_from_the_env(monkeypatch: pytest.Monkey
 def test_settings_are_frozen() -> None:
     settings = Settings()
     with pytest.raises(ValidationError):
-        settings.listen = "0.0.0.0:0"  # type: ignore[misc]
+        settings.serve.listen = "0.0.0.0:0"  # type: ignore[misc]
 
 
 def test_unknown_keyword_is_refused() -> None:
     """extra="forbid" applies to values passed in code (the flags path)."""
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidSettings):
         Settings(listn="0.0.0.0:0")  # type: ignore[call-arg]
 
 
@@ -178,7 +179,7 @@ def test_unknown_memoria_env_var_is_ignored(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("MEMORIA_FOO", "bar")
     monkeypatch.setenv("MEMORIA_LISTN", "0.0.0.0:1")
     settings = Settings()
-    assert settings.listen == "127.0.0.1:50051"
+    assert settings.serve.listen == "127.0.0.1:50051"
     assert "foo" not in settings.model_dump()
     assert "listn" not in settings.model_dump()
 
@@ -187,13 +188,13 @@ def test_env_wins_over_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORIA_CHAR_LIMIT", "5000")
     monkeypatch.setenv("MEMORIA_LISTEN", "127.0.0.1:4321")
     settings = Settings()
-    assert settings.char_limit == 5000
-    assert settings.listen == "127.0.0.1:4321"
+    assert settings.memory.char_limit == 5000
+    assert settings.serve.listen == "127.0.0.1:4321"
 
 
 def test_invalid_env_value_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORIA_CHAR_LIMIT", "0")
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidSettings):
         Settings()
 
 
@@ -201,7 +202,7 @@ def test_flags_win_over_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """The env alone would be refused (off loopback, no key): the flag must replace it."""
     monkeypatch.setenv("MEMORIA_LISTEN", "0.0.0.0:9999")
     settings = _settings(flags(listen="127.0.0.1:1234"))
-    assert settings.listen == "127.0.0.1:1234"
+    assert settings.serve.listen == "127.0.0.1:1234"
     assert settings.effective_auth == "trusted-headers"
 
 
@@ -212,9 +213,9 @@ def test_env_is_used_where_no_flag_is_given(
     monkeypatch.setenv("MEMORIA_AUTH", "jwt")
     monkeypatch.setenv("MEMORIA_JWT_HS256_SECRET", HS256_SECRET)
     settings = _settings(flags(auth="trusted-headers", data_dir=tmp_path))
-    assert settings.listen == "127.0.0.1:9999"  # env: no --listen
+    assert settings.serve.listen == "127.0.0.1:9999"  # env: no --listen
     assert settings.effective_auth == "trusted-headers"  # --auth wins over MEMORIA_AUTH
-    assert settings.data_dir == tmp_path
+    assert settings.store.data_dir == tmp_path
 
 
 def test_unknown_memoria_variables_are_reported_but_tooling_ones_are_not() -> None:
@@ -231,7 +232,7 @@ def test_unknown_memoria_variables_are_reported_but_tooling_ones_are_not() -> No
 
 
 def test_embedded_page_token_key_survives_a_restart(tmp_path: Path) -> None:
-    from server.runtime.app import page_token_key
+    from server.runtime.build.access import page_token_key
 
     settings = Settings(data_dir=tmp_path)
     first = page_token_key(settings)
@@ -255,21 +256,21 @@ def test_qdrant_grpc_port_follows_the_url_unless_given(
     url: str, grpc_port: int | None, rest: int, grpc: int
 ) -> None:
     settings = Settings(qdrant_url=url, qdrant_grpc_port=grpc_port)
-    assert (settings.qdrant_rest_port, settings.effective_qdrant_grpc_port) == (rest, grpc)
-    assert json.loads(settings.redacted())["effective_qdrant_grpc_port"] == grpc
+    assert (settings.qdrant.rest_port, settings.qdrant.effective_grpc_port) == (rest, grpc)
+    assert settings.redacted()["derived"]["qdrant_grpc_port"] == grpc
 
 
 def test_qdrant_rest_only_is_explicit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORIA_QDRANT_PREFER_GRPC", "false")
     monkeypatch.setenv("MEMORIA_QDRANT_GRPC_PORT", "7000")
     settings = Settings(qdrant_url="http://qdrant:6333")
-    assert settings.qdrant_prefer_grpc is False
-    assert json.loads(settings.redacted())["effective_qdrant_grpc_port"] is None
+    assert settings.qdrant.prefer_grpc is False
+    assert settings.redacted()["derived"]["qdrant_grpc_port"] is None
 
 
 @pytest.mark.parametrize(
     "url", ["qdrant:6333", "ftp://qdrant:6333", "http://:6333", "http://qdrant:99999"]
 )
 def test_a_qdrant_url_that_is_not_http_host_port_is_refused(url: str) -> None:
-    with pytest.raises(ValidationError, match="qdrant_url"):
+    with pytest.raises(InvalidSettings, match="MEMORIA_QDRANT_URL"):
         Settings(qdrant_url=url)

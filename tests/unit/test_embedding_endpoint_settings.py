@@ -10,10 +10,9 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import ValidationError
 
 from server.adapters.embedding.endpoint import char_windows, window_spans
-from server.runtime.settings import Settings
+from server.runtime.settings import InvalidSettings, Settings
 
 
 @pytest.fixture
@@ -28,8 +27,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("clean_env")
 def test_unset_means_the_local_model() -> None:
     settings = Settings()
-    assert settings.embedding_url is None
-    assert settings.embedding_model is None
+    assert settings.embedding.url is None
+    assert settings.embedding.model is None
 
 
 @pytest.mark.usefixtures("clean_env")
@@ -47,16 +46,16 @@ def test_every_setting_is_read_from_the_environment(monkeypatch: pytest.MonkeyPa
     }.items():
         monkeypatch.setenv(f"MEMORIA_EMBEDDING_{name}", value)
     settings = Settings()
-    assert settings.embedding_url == "https://api.openai.com/v1"
-    assert settings.embedding_model == "text-embedding-3-small"
-    assert settings.embedding_api_key is not None
-    assert settings.embedding_api_key.get_secret_value() == "sk-env-key-1234"
-    assert settings.embedding_dimension == 512
-    assert settings.embedding_send_dimension is True
-    assert settings.embedding_timeout_seconds == 2.5
-    assert settings.embedding_max_retries == 4
-    assert settings.embedding_batch_size == 100
-    assert settings.embedding_max_input_chars == 6000
+    assert settings.embedding.url == "https://api.openai.com/v1"
+    assert settings.embedding.model == "text-embedding-3-small"
+    assert settings.embedding.api_key is not None
+    assert settings.embedding.api_key.get_secret_value() == "sk-env-key-1234"
+    assert settings.embedding.dimension == 512
+    assert settings.embedding.send_dimension is True
+    assert settings.embedding.timeout_seconds == 2.5
+    assert settings.embedding.max_retries == 4
+    assert settings.embedding.batch_size == 100
+    assert settings.embedding.max_input_chars == 6000
     assert Settings.unknown_env(os.environ) == []  # every name is one the server reads
 
 
@@ -68,20 +67,29 @@ def test_the_api_key_is_redacted_from_the_start_up_log() -> None:
         embedding_api_key="sk-never-printed-42",
     )
     printed = settings.redacted()
-    assert "sk-never-printed-42" not in printed
-    assert json.loads(printed)["embedding_model"] == "text-embedding-3-small"
+    assert "sk-never-printed-42" not in json.dumps(printed)
+    assert printed["embedding"]["model"] == "text-embedding-3-small"
 
 
 @pytest.mark.usefixtures("clean_env")
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"embedding_url": "https://e.example/v1"}, "needs embedding_model"),
-        ({"embedding_model": "m"}, "embedding_model: needs embedding_url"),
-        ({"embedding_api_key": "k"}, "embedding_api_key: needs embedding_url"),
-        ({"embedding_dimension": 8}, "embedding_dimension: needs embedding_url"),
-        ({"embedding_url": "ftp://e.example", "embedding_model": "m"}, "must be http(s)"),
-        ({"embedding_url": "e.example/v1", "embedding_model": "m"}, "must be http(s)"),
+        (
+            {"embedding_url": "https://e.example/v1"},
+            "MEMORIA_EMBEDDING_URL: needs MEMORIA_EMBEDDING_MODEL",
+        ),
+        ({"embedding_model": "m"}, "MEMORIA_EMBEDDING_MODEL: needs MEMORIA_EMBEDDING_URL"),
+        ({"embedding_api_key": "k"}, "MEMORIA_EMBEDDING_API_KEY: needs MEMORIA_EMBEDDING_URL"),
+        ({"embedding_dimension": 8}, "MEMORIA_EMBEDDING_DIMENSION: needs MEMORIA_EMBEDDING_URL"),
+        (
+            {"embedding_url": "ftp://e.example", "embedding_model": "m"},
+            "MEMORIA_EMBEDDING_URL: must be http(s)",
+        ),
+        (
+            {"embedding_url": "e.example/v1", "embedding_model": "m"},
+            "MEMORIA_EMBEDDING_URL: must be http(s)",
+        ),
         (
             {
                 "embedding_url": "https://e.example/v1",
@@ -89,7 +97,7 @@ def test_the_api_key_is_redacted_from_the_start_up_log() -> None:
                 "embedding_api_key": "k",
                 "embedding_api_key_file": "/run/secrets/key",
             },
-            "at most one of embedding_api_key, embedding_api_key_file",
+            "MEMORIA_EMBEDDING_API_KEY, MEMORIA_EMBEDDING_API_KEY_FILE: configure at most one",
         ),
         (
             {
@@ -97,23 +105,23 @@ def test_the_api_key_is_redacted_from_the_start_up_log() -> None:
                 "embedding_model": "m",
                 "embedding_send_dimension": True,
             },
-            "embedding_send_dimension needs embedding_dimension",
+            "MEMORIA_EMBEDDING_SEND_DIMENSION: needs MEMORIA_EMBEDDING_DIMENSION",
         ),
         (
             {"embedding_url": "https://e", "embedding_model": "m", "embedding_batch_size": 0},
-            "embedding_batch_size",
+            "MEMORIA_EMBEDDING_BATCH_SIZE: Input should be greater than or equal to 1 (got 0)",
         ),
         (
             {"embedding_url": "https://e", "embedding_model": "m", "embedding_max_retries": 11},
-            "embedding_max_retries",
+            "MEMORIA_EMBEDDING_MAX_RETRIES:",
         ),
         (
             {"embedding_url": "https://e", "embedding_model": "m", "embedding_timeout_seconds": 0},
-            "embedding_timeout_seconds",
+            "MEMORIA_EMBEDDING_TIMEOUT_SECONDS:",
         ),
         (
             {"embedding_url": "https://e", "embedding_model": "m", "embedding_max_input_chars": 8},
-            "embedding_max_input_chars",
+            "MEMORIA_EMBEDDING_MAX_INPUT_CHARS:",
         ),
     ],
     ids=[
@@ -132,7 +140,7 @@ def test_the_api_key_is_redacted_from_the_start_up_log() -> None:
     ],
 )
 def test_inconsistent_settings_are_refused(values: dict[str, object], message: str) -> None:
-    with pytest.raises(ValidationError, match=re.escape(message)):
+    with pytest.raises(InvalidSettings, match=re.escape(message)):
         Settings(**values)  # type: ignore[arg-type]
 
 

@@ -141,9 +141,9 @@ def test_jwt_claims_give_a_valid_identity_or_unauthenticated(
 
 @pytest.mark.parametrize("role", ["", " admin", "admin\t", "r\u00f4le", "r" * 257])
 def test_an_admin_role_no_credential_could_carry_is_refused_at_start(role: str) -> None:
-    with pytest.raises(ValueError, match="admin_role"):
+    with pytest.raises(ValueError, match="MEMORIA_ADMIN_ROLE"):
         Settings(listen="127.0.0.1:0", admin_role=role)
 
 
 def test_the_default_admin_role_follows_the_rule() -> None:
-    assert identity_value_problem(Settings(listen="127.0.0.1:0").admin_role) is None
+    assert identity_value_problem(Settings(listen="127.0.0.1:0").access.admin_role) is None

