@@ -1,6 +1,6 @@
 """Composition root: builds the stores, the domain services and the servers once, and starts
-them (`start` for `memoria serve`; `memoria worker` is server/runtime/build/worker.py). Each
-part is built in server/runtime/build/."""
+them (`start` for `memoria serve`; `memoria worker` is server/runtime/builders/worker.py). Each
+part is built in server/runtime/builders/."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from server.adapters.sql.inspections import BufferedInspectionStore
 from server.domain.ports import ChunkIndex, Embedder
 from server.rpc.limits import AdmissionInterceptor
 from server.rpc.web import WebServer
-from server.runtime.build.grpc_server import SERVICE_NAMES, build_grpc_server
-from server.runtime.build.http import build_web
-from server.runtime.build.services import build_services
-from server.runtime.build.stores import Stores, build_read_cache, build_stores
-from server.runtime.build.worker import build_index_worker
+from server.runtime.builders.grpc_server import SERVICE_NAMES, build_grpc_server
+from server.runtime.builders.http import build_web
+from server.runtime.builders.services import build_services
+from server.runtime.builders.stores import Stores, build_read_cache, build_stores
+from server.runtime.builders.worker import build_index_worker
 from server.runtime.health import HealthMonitor, store_dependencies
 from server.runtime.settings import Settings
 from server.runtime.worker import IndexWorker

@@ -280,8 +280,8 @@ def _compact(settings: Settings) -> None:
     every Python thread for seconds to minutes, so it is an offline step (the server holds
     the index's lock while it runs, so this refuses to run beside it)."""
     from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
-    from server.runtime.build.chunks import build_chunk_index
-    from server.runtime.build.embedding import build_embedder
+    from server.runtime.builders.chunks import build_chunk_index
+    from server.runtime.builders.embedding import build_embedder
 
     if settings.qdrant.url is not None:
         sys.exit("memoria compact: a Qdrant server optimizes its collections by itself")
@@ -317,8 +317,8 @@ def _reindex(settings: Settings, owner: Owner) -> None:
     with the server stopped (a running server does the same in its worker threads)."""
     from server.domain.keywords import KeywordEncoder
     from server.domain.reindex import KeywordReindexer
-    from server.runtime.build.chunks import build_chunk_index
-    from server.runtime.build.embedding import build_embedder
+    from server.runtime.builders.chunks import build_chunk_index
+    from server.runtime.builders.embedding import build_embedder
 
     index = build_chunk_index(settings, build_embedder(settings))
     try:
@@ -341,10 +341,10 @@ def _worker(settings: Settings) -> None:
     """Index turns until SIGTERM. Separate worker processes need shared stores: the embedded
     SQLite database and Qdrant engine belong to the one `memoria serve` process that opened
     them (its own worker threads index for it). Built by the same composition root as
-    `memoria serve` (server/runtime/build/worker.py `start_worker`)."""
+    `memoria serve` (server/runtime/builders/worker.py `start_worker`)."""
     import threading
 
-    from server.runtime.build.worker import start_worker
+    from server.runtime.builders.worker import start_worker
 
     if settings.store.embedded or settings.qdrant.embedded:
         sys.exit(

@@ -24,7 +24,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
 from server.runtime.app import start
-from server.runtime.build.embedding import build_embedder
+from server.runtime.builders.embedding import build_embedder
 from server.runtime.settings import Settings
 from tests.api.conftest import expect_error, shared_embedder, start_server
 from tests.embedding_endpoint import SECRET_BODY, EmbeddingEndpoint, Fault

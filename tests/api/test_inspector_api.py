@@ -15,7 +15,7 @@ from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as block_service_pb
 from server.adapters.sql.inspections import SqlInspectionStore
 from server.adapters.sql.tables import turn_inspections
-from server.runtime.build import utc_now
+from server.runtime.builders import utc_now
 from tests.api.conftest import Api, expect_error, field_violations
 from tests.api.test_search_api import index
 

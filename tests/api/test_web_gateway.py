@@ -23,7 +23,7 @@ from google.rpc import error_details_pb2, status_pb2
 from memoria.v1 import memory_block_pb2
 from memoria.v1 import memory_block_service_pb2 as pb
 from server.rpc.web import methods
-from server.runtime.build.grpc_server import SERVICE_NAMES
+from server.runtime.builders.grpc_server import SERVICE_NAMES
 from tests.api.conftest import Api, server_settings, serving
 
 BLOCKS = "/memoria.v1.MemoryBlockService"

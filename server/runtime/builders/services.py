@@ -1,0 +1,73 @@
+"""The domain services the servicers call, wired on the stores once: the memory block
+operations, the audit log, conversation search, the turn inspector and the export."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from server.adapters.secret_detector import DetectSecretsDetector
+from server.adapters.sql.inspections import BufferedInspectionStore, SqlInspectionStore
+from server.domain.audit import AuditLog, PageTokens
+from server.domain.export import Exporter
+from server.domain.inspection import TurnInspector
+from server.domain.memory import MemoryBlocks
+from server.domain.ports import MemoryStore
+from server.domain.search import ConversationSearch
+from server.runtime.builders import utc_now
+from server.runtime.builders.access import page_token_key
+from server.runtime.builders.search import build_conversation_search
+from server.runtime.builders.stores import Stores
+from server.runtime.settings import Settings
+from server.runtime.worker import IndexWorker
+
+
+@dataclass
+class Services:
+    """The domain operations of one serving process."""
+
+    blocks: MemoryBlocks
+    audit: AuditLog
+    search: ConversationSearch
+    inspector: TurnInspector
+    exporter: Exporter
+    inspections: BufferedInspectionStore
+    """The inspector's record writer, closed (what is queued written) before the stores."""
+
+
+def build_services(
+    settings: Settings, stores: Stores, reads: MemoryStore, worker: IndexWorker
+) -> Services:
+    """The services on `stores`, reading memory through `reads` (the read cache), waking
+    `worker` when a turn is accepted."""
+    store, parts = stores.store, stores.search
+    # One credential detector for the block's refusal and the turns' redaction (thread-safe).
+    secrets_detector = DetectSecretsDetector()
+    # Written from a background thread: a render naming its turn only queues its record.
+    inspections = BufferedInspectionStore(SqlInspectionStore(store.db))
+    blocks = MemoryBlocks(
+        stores.telemetry.memory_store(reads),
+        utc_now,
+        char_limit=settings.memory.char_limit,
+        secrets=secrets_detector,
+        inspections=inspections,
+    )
+    tokens = PageTokens(page_token_key(settings))
+    search = build_conversation_search(
+        settings,
+        parts,
+        reads,
+        wake_worker=worker.wake,
+        secrets=secrets_detector,
+        inspections=inspections,
+    )
+    inspector = TurnInspector(
+        inspections,
+        reads,
+        parts.turns,
+        parts.index,
+        utc_now,
+        retention=timedelta(days=settings.memory.inspection_retention_days),
+    )
+    exporter = Exporter(blocks, store, parts.turns, parts.index, tokens)
+    return Services(blocks, AuditLog(store, tokens), search, inspector, exporter, inspections)
