@@ -17,7 +17,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, get_args, get_origin
+from types import UnionType
+from typing import Any, ClassVar, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -97,7 +98,8 @@ class ServeSettings(_Group):
     """The serving process: where it listens, how many threads and processes serve."""
 
     listen: str = Field(
-        default="127.0.0.1:50051", description="HOST:PORT to serve gRPC on; port 0 picks one"
+        default="127.0.0.1:50051",
+        description="HOST:PORT to serve gRPC on; port 0 picks a free one (`--port-file` writes it)",
     )
     # 4: one Python process is bound by one core (the GIL), and every thread more that wants
     # it adds hand-offs. Measured on 2 cores with PostgreSQL on the same machine
@@ -106,7 +108,16 @@ class ServeSettings(_Group):
     # runs (2 lost 10% of rewrites: too few threads to overlap the database round trips). A
     # thread waits out each round trip, so with the database across a network, raise it
     # (deploy/kubernetes sets 8).
-    threads: int = Field(default=4, ge=1, le=256, description="gRPC calls executing at once")
+    threads: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description=(
+            "calls executing at once (threads waiting for a request do not count); one process is "
+            "bound by one core, so more lose throughput to GIL hand-offs; raise it when PostgreSQL "
+            "is across a network (each thread waits out a round trip)"
+        ),
+    )
     # N serving processes on one port (server/runtime/processes.py): one process uses one core.
     # Named `processes` (--processes, MEMORIA_PROCESSES) so that "worker" means one thing, the
     # indexing workers (`memoria worker`, MEMORIA_INDEX_WORKER_THREADS); its first names,
@@ -115,16 +126,32 @@ class ServeSettings(_Group):
         default=1,
         ge=1,
         le=64,
-        description="serving processes on the port (PostgreSQL + Qdrant server)",
+        description=(
+            "serving processes on the one port; more than 1 needs `--database-url` and "
+            "`--qdrant-url` (refused on the embedded stores)"
+        ),
     )
     env_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {"processes": ("MEMORIA_WORKERS",)}
     page_token_secret: SecretStr | None = Field(
-        default=None, description="signs page tokens; set the same value on every replica"
+        default=None,
+        description=(
+            "signs page tokens; set the same value on every replica. Unset: embedded, a random key "
+            "kept in the data dir; PostgreSQL, random per process"
+        ),
     )
     shutdown_grace_seconds: float = Field(
-        default=10, ge=0, le=300, description="on SIGTERM, calls in flight may finish for this long"
+        default=10,
+        ge=0,
+        le=300,
+        description="on SIGTERM: health goes NOT_SERVING and calls in flight drain this long",
     )
-    log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING or ERROR")
+    log_level: str = Field(
+        default="INFO",
+        description=(
+            "DEBUG, INFO, WARNING or ERROR: the least severe log line written (JSON, one object "
+            "per line, on stderr)"
+        ),
+    )
 
     @field_validator("listen")
     @classmethod
@@ -141,13 +168,24 @@ class HttpSettings(_Group):
     flat_prefix: ClassVar[str] = "http_"
     listen: str | None = Field(
         default=None,
-        description="HOST:PORT for Connect, gRPC-Web and the settings page; unset: off",
+        description=(
+            "HOST:PORT of the settings page, Connect and gRPC-Web; port 0 picks one; unset: off "
+            "(`make serve`: 127.0.0.1:8080)"
+        ),
     )
     page_dir: Path | None = Field(
-        default=None, description="the built settings page (scripts/web.sh); unset: web/dist here"
+        default=None,
+        description=(
+            "the built settings page (`make web`), for an installed package, which has no checkout "
+            "beside it; unset: the checkout's web/dist"
+        ),
     )
     cors_origins: tuple[str, ...] = Field(
-        default=(), description="origins (https://app.example.com) allowed to call the HTTP port"
+        default=(),
+        description=(
+            'JSON list of origins (`["https://app.example.com"]`) whose pages may call the HTTP '
+            "port; empty: no CORS"
+        ),
     )
 
     @field_validator("listen")
@@ -171,11 +209,14 @@ class AccessSettings(_Group):
     flat_names: ClassVar[Mapping[str, str]] = {"mode": "auth"}
     mode: AuthMode = Field(
         default="auto",
-        description="auto: trusted-headers on loopback only, else jwt (must be set up)",
+        description=(
+            "`auto`: `trusted-headers` when every port listens on loopback, else `jwt` (which "
+            "needs a key source); or set either"
+        ),
     )
     admin_role: str = Field(
         default="memoria-admin",
-        description="the role (JWT claim or header) that makes a caller admin",
+        description="role (JWT roles claim, or `x-memoria-roles` header) of a tenant administrator",
     )
 
     @field_validator("admin_role")
@@ -192,23 +233,42 @@ class JwtSettings(_Group):
 
     flat_prefix: ClassVar[str] = "jwt_"
     hs256_secret: SecretStr | None = Field(
-        default=None, description="shared secret of HS256 tokens"
+        default=None, description="HS256 secret; exactly one of the three key sources"
     )
-    public_key_file: Path | None = Field(default=None, description="PEM RSA or EC public key")
+    public_key_file: Path | None = Field(
+        default=None,
+        description="PEM RSA or EC public key (RS256, ES256); exactly one of the three key sources",
+    )
     jwks_file: Path | None = Field(
-        default=None, description="a JSON Web Key Set file (RS256, ES256)"
+        default=None,
+        description=(
+            "a JSON Web Key Set file, keys chosen by `kid`; exactly one of the three key sources"
+        ),
     )
     algorithms: tuple[str, ...] = Field(
         default=(),
-        description="accepted algorithms; unset: HS256, or RS256 and ES256 for a key file",
+        description=(
+            "JSON list of accepted algorithms; empty: HS256 with a secret, RS256 and ES256 with a "
+            "key file"
+        ),
     )
-    audience: str | None = Field(default=None, description="required `aud`; unset: not checked")
-    issuer: str | None = Field(default=None, description="required `iss`; unset: not checked")
-    tenant_claim: str = Field(default="tenant", description="the claim naming the caller's tenant")
-    principal_claim: str = Field(default="sub", description="the claim naming the caller")
-    roles_claim: str = Field(default="roles", description="the claim listing the caller's roles")
+    audience: str | None = Field(
+        default=None,
+        description=(
+            "checked when set; a token with an `aud` claim is refused unless an audience is "
+            "configured"
+        ),
+    )
+    issuer: str | None = Field(
+        default=None, description="the `iss` a token must carry; unset: not checked"
+    )
+    tenant_claim: str = Field(default="tenant", description="the claim holding the caller's tenant")
+    principal_claim: str = Field(
+        default="sub", description="the claim holding the caller's principal id"
+    )
+    roles_claim: str = Field(default="roles", description="the claim holding the caller's roles")
     leeway_seconds: float = Field(
-        default=30, ge=0, le=300, description="clock skew allowed on exp/nbf"
+        default=30, ge=0, le=300, description="clock skew allowed when checking `exp` and `nbf`"
     )
 
     @model_validator(mode="after")
@@ -232,27 +292,55 @@ class JwtSettings(_Group):
 class StoreSettings(_Group):
     """The relational store (SQLite in the data directory, or PostgreSQL) and its read cache."""
 
-    data_dir: Path = Field(default=Path(".data"), description="the embedded stores' data directory")
+    data_dir: Path = Field(
+        default=Path(".data"),
+        description="the embedded stores' directory (SQLite database, chunk index, page-token key)",
+    )
     database_url: SecretStr | None = Field(
         default=None,
-        description="postgresql+psycopg://... (service role); unset: SQLite in data_dir",
+        description=(
+            "`postgresql+psycopg://memoria_app:…@host/db` (the service role); unset: SQLite in the "
+            "data directory"
+        ),
     )
-    db_pool_size: int = Field(default=8, ge=1, le=256, description="connections per pool")
+    db_pool_size: int = Field(
+        default=8,
+        ge=1,
+        le=256,
+        description=(
+            "connections per pool (PostgreSQL: one pool of autocommit connections for the hot "
+            "paths, one for the rest)"
+        ),
+    )
     read_cache_entries: int = Field(
         default=50_000,
         ge=0,
-        description="principals whose memory is cached for render; 0: no cache",
+        description="principals whose memory the render path keeps in memory; 0: off",
     )
     read_cache_ttl_seconds: float = Field(
-        default=60, gt=0, le=3600, description="bound on staleness for rows changed outside Memoria"
+        default=60,
+        gt=0,
+        le=3600,
+        description="how long a row changed outside Memoria may show stale",
     )
     # The embedded stores' free-space watermark (server/adapters/disk.py): below the larger of
     # the two, writes that add data are refused with STORAGE_FULL and a start is refused.
     disk_min_free_bytes: int = Field(
-        default=256 << 20, ge=0, description="embedded: refuse writes below this many free bytes"
+        default=256 << 20,
+        ge=0,
+        description=(
+            "embedded stores: below the larger of this and the percentage free on the data dir's "
+            "filesystem, writes that add data get STORAGE_FULL and a start is refused"
+        ),
     )
     disk_min_free_percent: float = Field(
-        default=5.0, ge=0, le=50, description="embedded: ... or below this share of the filesystem"
+        default=5.0,
+        ge=0,
+        le=50,
+        description=(
+            "embedded stores: the percentage of the filesystem kept free (see "
+            "MEMORIA_DISK_MIN_FREE_BYTES)"
+        ),
     )
 
     @property
@@ -267,11 +355,19 @@ class QdrantSettings(_Group):
     flat_prefix: ClassVar[str] = "qdrant_"
     url: str | None = Field(
         default=None,
-        description="Qdrant server (gRPC preferred), e.g. http://qdrant:6333; unset: embedded",
+        description=(
+            "a Qdrant server or cluster, `http(s)://HOST[:PORT]` with its REST port, e.g. "
+            "`http://qdrant:6333`; unset: the embedded engine under the data dir"
+        ),
     )
-    api_key: SecretStr | None = Field(default=None, description="the Qdrant server's API key")
+    api_key: SecretStr | None = Field(
+        default=None, description="the Qdrant server's API key, never logged"
+    )
     collection: str = Field(
-        default="memoria_chunks", min_length=1, max_length=255, description="the collection's name"
+        default="memoria_chunks",
+        min_length=1,
+        max_length=255,
+        description="the one collection for all tenants (`tenant_id` index marked `is_tenant`)",
     )
     # qdrant-client takes the gRPC port apart from the URL (the URL's port is the REST port).
     # Unset, it follows Qdrant's own layout (REST 6333, gRPC 6334): the URL's port plus one,
@@ -280,22 +376,36 @@ class QdrantSettings(_Group):
         default=None,
         ge=1,
         le=65535,
-        description="Qdrant gRPC port; unset: the URL's port + 1, or 6334",
+        description=(
+            "the server's gRPC port, which qdrant-client takes apart from the URL; unset: the "
+            "URL's port + 1 (6334 when the URL has none)"
+        ),
     )
     prefer_grpc: bool = Field(
         default=True,
-        description="false: REST only (the URL's port), e.g. behind an HTTP-only proxy",
+        description=(
+            "`false`: every call over REST to the URL's port (an HTTP-only proxy, no gRPC "
+            "reachable)"
+        ),
     )
     # Used only when Memoria creates the collection (a cluster: README "Running on a Qdrant
     # server or cluster"); unset, the server's defaults (one shard per node, one replica).
     shard_number: int | None = Field(
-        default=None, ge=1, le=1024, description="shards of a new collection; unset: the server's"
+        default=None,
+        ge=1,
+        le=1024,
+        description=(
+            "shards of a collection Memoria creates, on a cluster; unset: the server's default"
+        ),
     )
     replication_factor: int | None = Field(
         default=None,
         ge=1,
         le=16,
-        description="copies of each shard of a new collection on a cluster",
+        description=(
+            "copies of each shard of a collection Memoria creates, on a cluster; unset: the "
+            "server's default"
+        ),
     )
 
     @field_validator("url")
@@ -347,19 +457,41 @@ class EmbeddingSettings(_Group):
     # 0.61 to 0.63, for ~5-7x the indexing cost per chunk (bench/README.md).
     local_model: Literal["all-MiniLM-L6-v2", "multilingual-e5-small-q4"] = Field(
         default="all-MiniLM-L6-v2",
-        description="in-process embedding model when embedding_url is unset",
+        description=(
+            "the in-process model when MEMORIA_EMBEDDING_URL is unset; `multilingual-e5-small-q4` "
+            "(extra `e5`) is retrieval-trained, at ~5-7x the indexing cost per chunk; a store "
+            "keeps the model it was made with"
+        ),
     )
     threads: int = Field(
-        default=1, ge=1, le=64, description="onnxruntime threads per embedding call"
+        default=1,
+        ge=1,
+        le=64,
+        description="onnxruntime threads per embedding call (the in-process model)",
     )
     url: str | None = Field(
         default=None,
-        description="OpenAI-compatible API base, e.g. https://api.openai.com/v1; unset: local",
+        description=(
+            "an OpenAI-compatible embeddings endpoint's API base, e.g. `https://api.openai.com/v1` "
+            "(Memoria calls `POST <base>/embeddings`); unset: the in-process model"
+        ),
     )
     model: str | None = Field(
-        default=None, min_length=1, max_length=256, description="the endpoint's model name"
+        default=None,
+        min_length=1,
+        max_length=256,
+        description=(
+            "the endpoint's model name, e.g. `text-embedding-3-small`; needed with "
+            "MEMORIA_EMBEDDING_URL"
+        ),
     )
-    api_key: SecretStr | None = Field(default=None, description="sent as a Bearer token")
+    api_key: SecretStr | None = Field(
+        default=None,
+        description=(
+            "the endpoint's API key, sent as `Authorization: Bearer`, never logged; at most one of "
+            "it and MEMORIA_EMBEDDING_API_KEY_FILE"
+        ),
+    )
     api_key_file: Path | None = Field(
         default=None, description="a file holding the API key (a mounted secret), read at start"
     )
@@ -369,11 +501,17 @@ class EmbeddingSettings(_Group):
         default=None,
         ge=1,
         le=65536,
-        description="vector length; unset: asked of the endpoint at start",
+        description=(
+            "the vectors' length; set it in production (a start then makes no request); unset: one "
+            "request at start asks"
+        ),
     )
     send_dimension: bool = Field(
         default=False,
-        description="send `dimensions` (OpenAI text-embedding-3 shortens its vectors)",
+        description=(
+            "`true` sends the dimension as `dimensions` (OpenAI's text-embedding-3 models shorten "
+            "their vectors)"
+        ),
     )
     timeout_seconds: float = Field(
         default=10, gt=0, le=600, description="per request to the endpoint (connect, send, answer)"
@@ -382,7 +520,10 @@ class EmbeddingSettings(_Group):
         default=2,
         ge=0,
         le=10,
-        description="tries again after 429, 5xx, timeouts, connection errors",
+        description=(
+            "tries again after 429, 5xx, a timeout or a connection error, with exponential backoff "
+            "and jitter"
+        ),
     )
     batch_size: int = Field(
         default=32,
@@ -394,7 +535,10 @@ class EmbeddingSettings(_Group):
         default=2000,
         ge=16,
         le=1_000_000,
-        description="characters per window of text sent to the endpoint",
+        description=(
+            "characters per window of text: a longer chunk is embedded as several overlapping "
+            "windows (2,000 suits a 512-token model)"
+        ),
     )
 
     @field_validator("url")
@@ -437,9 +581,13 @@ class IndexingSettings(_Group):
         default=1,
         ge=0,
         le=64,
-        description="indexing threads in this process; 0: run `memoria worker`",
+        description=(
+            "indexing threads in the server process; 0: leave it to `memoria worker` processes"
+        ),
     )
-    batch_size: int = Field(default=16, ge=1, le=256, description="turns claimed per batch")
+    batch_size: int = Field(
+        default=16, ge=1, le=256, description="turns an indexing thread claims per batch"
+    )
 
 
 class MemorySettings(_Group):
@@ -449,19 +597,23 @@ class MemorySettings(_Group):
         default=DEFAULT_CHAR_LIMIT,
         gt=0,
         le=1_000_000,
-        description="characters a memory block may hold",
+        description="block limit in code points; lowering it never cuts stored blocks",
     )
     inspection_retention_days: int = Field(
         default=30,
         ge=1,
         le=3650,
-        description="days the inspector keeps what each turn rendered/searched",
+        description="days the inspector keeps what each referenced turn rendered and searched",
     )
     # Development and benchmarks only (bench/bench_search_quality.py): answer searches from
     # one retrieval side alone, with the same index and the same representations, to measure
     # what each side and the fusion contribute. Production leaves it at hybrid.
     search_mode: Literal["hybrid", "keyword", "semantic"] = Field(
-        default="hybrid", description="development: keyword or semantic switches the other side off"
+        default="hybrid",
+        description=(
+            "development and benchmarks: `keyword` or `semantic` answers searches from that side "
+            "alone"
+        ),
     )
 
 
@@ -470,44 +622,64 @@ class LimitsSettings(_Group):
     others."""
 
     max_receive_message_bytes: int = Field(
-        default=1 << 20, ge=16 << 10, description="largest request message accepted"
+        default=1 << 20,
+        ge=16 << 10,
+        description="largest gRPC request (larger get RESOURCE_EXHAUSTED)",
     )
     max_send_message_bytes: int = Field(
-        default=16 << 20, ge=1 << 20, description="largest response message sent"
+        default=16 << 20, ge=1 << 20, description="largest gRPC response"
     )
     receive_timeout_seconds: float = Field(
         default=10,
         gt=0,
         le=300,
-        description="a call's request must arrive in full within this long",
+        description=(
+            "a call's request must arrive in full within this long, else the call is cancelled"
+        ),
     )
     stream_idle_seconds: float = Field(
         default=60,
         gt=0,
         le=3600,
-        description="a reflection stream's next request must come this soon",
+        description="a reflection stream's next request must arrive within this long",
     )
     max_receiving_calls: int = Field(
         default=256,
         ge=1,
         le=65536,
-        description="calls waiting for their request before fair shares",
+        description=(
+            "calls waiting for their request before a connection holding its fair share is refused "
+            "(RESOURCE_EXHAUSTED)"
+        ),
     )
     max_streams: int = Field(
         default=32,
         ge=1,
         le=4096,
-        description="long-lived streams (health Watch, reflection) at once",
+        description="health `Watch` and reflection streams at once",
     )
     max_streams_per_connection: int = Field(
-        default=64, ge=1, le=65536, description="HTTP/2 streams one connection may have open"
+        default=64,
+        ge=1,
+        le=65536,
+        description=(
+            "HTTP/2 streams one connection may have open (its further calls wait in its own client)"
+        ),
     )
     max_connections: int = Field(default=1024, ge=1, le=1_000_000, description="open connections")
     connection_idle_seconds: float = Field(
-        default=300, gt=0, le=86400, description="a connection with no call for this long is closed"
+        default=300,
+        gt=0,
+        le=86400,
+        description=(
+            "a connection without a call for this long is closed (GOAWAY; clients reconnect)"
+        ),
     )
     handshake_timeout_seconds: float = Field(
-        default=10, gt=0, le=300, description="a new connection must finish its handshake this soon"
+        default=10,
+        gt=0,
+        le=300,
+        description="a new connection must finish its handshake within this long",
     )
 
 
@@ -776,6 +948,15 @@ def markdown(flags: Mapping[str, Iterable[str]]) -> str:
             cells = [env, flag, _type_text(setting), _default_text(setting), description]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
+    out += [
+        "## Telemetry",
+        "",
+        "Not Memoria's own settings: the standard `OTEL_*` variables. Unset "
+        "`OTEL_EXPORTER_OTLP_ENDPOINT`: no telemetry at all. `OTEL_EXPORTER_OTLP_PROTOCOL` is "
+        "`http/protobuf` (the default) or `grpc`; `OTEL_TRACES_SAMPLER` unset keeps 1 in 100 "
+        "root traces; `OTEL_SDK_DISABLED=true` turns it off.",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -788,30 +969,28 @@ _TYPE_NAMES: dict[Any, str] = {
     SecretStr: "string (secret: never printed)",
     tuple[str, ...]: "JSON list of strings",
 }
-_BOUNDS = (
-    ("ge", "≥ {}"),
-    ("gt", "> {}"),
-    ("le", "≤ {}"),
-    ("min_length", "at least {} characters"),
-    ("max_length", "at most {} characters"),
-)
+_BOUNDS = (("ge", "≥ {}"), ("gt", "> {}"), ("le", "≤ {}"))
 
 
 def _type_text(setting: Setting) -> str:
     """The type as an operator reads it, with its bounds (e.g. `integer, ≥ 1, ≤ 64`)."""
-    kinds = [kind for kind in get_args(setting.info.annotation) if kind is not type(None)]
-    kind = kinds[0] if kinds and get_origin(setting.info.annotation) is not Literal else None
-    kind = kind or setting.info.annotation
+    kind = setting.info.annotation
+    if get_origin(kind) in (Union, UnionType):  # `X | None`: unset is the default's "unset"
+        kind = next(arg for arg in get_args(kind) if arg is not type(None))
     if get_origin(kind) is Literal:
         text = "one of " + ", ".join(f"`{value}`" for value in get_args(kind))
     else:
         text = _TYPE_NAMES[kind]
+    meta = setting.info.metadata
     bounds = [
-        template.format(getattr(meta, attribute))
-        for meta in setting.info.metadata
+        template.format(getattr(m, attribute))
+        for m in meta
         for attribute, template in _BOUNDS
-        if getattr(meta, attribute, None) is not None
+        if getattr(m, attribute, None) is not None
     ]
+    lengths = [getattr(m, a) for m in meta for a in ("min_length", "max_length") if hasattr(m, a)]
+    if lengths:  # every string with a bound here has both
+        bounds.append(f"{lengths[0]} to {lengths[-1]} characters")
     return ", ".join([text, *bounds])
 
 
