@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -21,14 +22,17 @@ def clean_env(**settings: str) -> dict[str, str]:
 
 
 def failed_in_one_line(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, str]:
-    """Run `memoria *args`, which must exit 1 without a traceback; its last stderr line (the
-    error, after the JSON log) and its whole stderr."""
+    """Run `memoria *args`, which must exit 1 without a traceback and print nothing but its
+    JSON log before one last line; that line (the error) and the whole stderr."""
     done = subprocess.run(
         [str(MEMORIA), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
-    return done.stderr.strip().splitlines()[-1], done.stderr
+    *log, last = done.stderr.strip().splitlines()
+    for line in log:  # nothing else was printed: only the JSON log came before the error
+        assert line.startswith("{") and json.loads(line), done.stderr
+    return last, done.stderr
 
 
 def wait_for_port(

@@ -18,6 +18,7 @@ from server.rpc.limits import AdmissionInterceptor
 from server.rpc.web import WebServer
 from server.runtime.builders.grpc_server import SERVICE_NAMES, build_grpc_server
 from server.runtime.builders.http import build_web
+from server.runtime.builders.ports import refuse_taken_ports
 from server.runtime.builders.services import build_services
 from server.runtime.builders.stores import Stores, build_read_cache, build_stores
 from server.runtime.builders.worker import build_index_worker
@@ -98,6 +99,7 @@ def start(
     """Build everything and start serving on `serve.listen`. `embedder` and `index` replace
     the ones the settings describe (the process keeps owning what it built); `telemetry`
     replaces the one the OTEL_* environment describes (server/telemetry/)."""
+    refuse_taken_ports(settings)
     stores = build_stores(settings, embedder=embedder, index=index, telemetry=telemetry)
     reads, listener = build_read_cache(settings, stores.store)
     worker = build_index_worker(settings, stores)

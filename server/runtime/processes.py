@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from server.runtime.settings import Settings, listen_host
+from server.runtime.settings import Settings, StartupRefusal, listen_host
 
 log = logging.getLogger(__name__)
 
@@ -166,13 +166,14 @@ class Supervisor:
     _listen: str = ""
 
     def run(self) -> int:
-        """Serve until told to stop; the exit status for the command."""
+        """Serve until told to stop; the exit status for the command. A port that cannot be
+        reserved refuses the start (StartupRefusal)."""
         count = self.settings.serve.processes
         try:
             reserved, port = reserve_port(self.settings.serve.listen)
-        except OSError as error:
-            log.error("cannot listen on %s: %s", self.settings.serve.listen, error)
-            return 1
+        except OSError as error:  # the command prints it in one line, naming --listen
+            listen = self.settings.serve.listen
+            raise StartupRefusal(f"cannot listen on {listen}: {error.strerror}", "listen") from None
         host = self.settings.serve.listen.rpartition(":")[0]
         self._listen = f"{host}:{port}"
         self._env = dict(os.environ)
