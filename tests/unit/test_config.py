@@ -274,3 +274,44 @@ def test_qdrant_rest_only_is_explicit(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_qdrant_url_that_is_not_http_host_port_is_refused(url: str) -> None:
     with pytest.raises(InvalidSettings, match="MEMORIA_QDRANT_URL"):
         Settings(qdrant_url=url)
+
+
+def test_the_start_up_settings_are_one_json_line_per_group_with_secrets_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Readable (one short line per group) and machine-parsable (the group's values as JSON
+    under `settings` in the JSON log line), and never a secret."""
+    import io
+    import logging
+
+    from server.runtime.cli import _log_settings
+    from server.telemetry.logs import JsonFormatter
+
+    monkeypatch.setenv("MEMORIA_LISTN", "typo")
+    settings = Settings(
+        listen="0.0.0.0:0", jwt_hs256_secret=HS256_SECRET, qdrant_url="http://q:6333"
+    )
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("memoria")
+    logger.addHandler(handler)
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    try:
+        _log_settings(settings)
+    finally:
+        logger.removeHandler(handler)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert HS256_SECRET not in stream.getvalue()
+    groups = [line["settings"] for line in lines if "settings" in line]
+    assert [next(iter(group)) for group in groups] == [*Settings.model_fields, "derived"]
+    by_group = {name: values for group in groups for name, values in group.items()}
+    assert by_group["serve"]["listen"] == "0.0.0.0:0"
+    assert by_group["jwt"]["hs256_secret"] == "**********"
+    assert by_group["derived"] == {"auth": "jwt", "qdrant_grpc_port": 6334}
+    jwt_line = next(
+        line["message"] for line in lines if line["message"].startswith("settings jwt:")
+    )
+    assert 'hs256_secret="**********"' in jwt_line
+    assert max(len(line["message"]) for line in lines) < 700  # was one ~2,000-character line
+    assert lines[-1]["message"] == "ignoring unknown environment variable MEMORIA_LISTN"
