@@ -59,8 +59,8 @@ REAP_TICK_SECONDS = 0.25
 
 @dataclass(frozen=True)
 class Limits:
-    """The admission limits (configured in server/runtime/settings.py; docs/operations.md,
-    "Limits")."""
+    """The admission limits (configured in server/runtime/settings/groups.py, the variables in
+    docs/configuration.md; what they do: docs/operations.md, "Limits")."""
 
     executing: int
     max_receiving: int

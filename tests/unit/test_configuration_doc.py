@@ -1,7 +1,7 @@
 """docs/configuration.md is what the settings object prints, and every setting is described.
 
 The page is generated (`python -m server.runtime.settings --markdown`), so a setting added,
-renamed or redescribed in server/runtime/settings.py changes it; this fails until the page is
+renamed or redescribed in server/runtime/settings/groups.py changes it; this fails until the page is
 generated again, and says how.
 """
 

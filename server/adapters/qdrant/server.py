@@ -40,7 +40,7 @@ Decisions:
   MemoriaError(STORE_UNAVAILABLE), like the SQL store's connection errors: nothing is changed
   and the caller may retry. Other errors propagate as they are.
 - Ports: the URL's port is the REST port; gRPC has a port of its own (qdrant-client's
-  `grpc_port`), which the settings derive or take as given (server/runtime/settings.py). With
+  `grpc_port`), which the settings derive or take as given (server/runtime/settings/groups.py). With
   `prefer_grpc=False` every call goes over REST to the URL's port.
 
 Differences in local mode (tests only), none of which changes the calls made:
