@@ -380,20 +380,14 @@ def _serve_workers(settings: Settings, args: argparse.Namespace) -> None:
         sys.exit(f"memoria serve: {reason}")
     name_this_process("supervisor")
     _log_settings(settings)
-    # The children get the flags given here (so a URL given in the environment stays there).
-    passed = [
-        (flag, getattr(args, key))
-        for flag, key in (
-            ("--data-dir", "data_dir"),
-            ("--database-url", "database_url"),
-            ("--qdrant-url", "qdrant_url"),
-            ("--qdrant-grpc-port", "qdrant_grpc_port"),
-            ("--auth", "auth"),
-            ("--http-listen", "http_listen"),
-        )
-        if getattr(args, key) is not None
+    # The children get the setting flags given here (so a URL given in the environment stays
+    # there), but their own --listen (the reserved port) and --processes.
+    child_args = [
+        str(part)
+        for flat, names in setting_flags("serve").items()
+        if flat not in ("listen", "processes") and (value := getattr(args, flat)) is not None
+        for part in (names[0], value)
     ]
-    child_args = [str(part) for pair in passed for part in pair]
     sys.exit(Supervisor(settings, child_args, args.port_file).run())
 
 
