@@ -4,9 +4,10 @@ For trying jwt mode locally (the settings page's token mode, `memoria mcp` over 
 client commands' `--token`) without an identity provider: with MEMORIA_JWT_HS256_SECRET (and
 the audience, issuer and claim names, if set) in the environment of both the server and this
 command, the token it prints is one that server accepts. It reads the settings the server
-reads and signs with what the server verifies with (server/runtime/app.py `jwt_settings`), so
-the two cannot drift apart. A deployment verifying with a public key or a JWKS gets its
-tokens from its identity provider, which holds the private key: this command refuses there.
+reads and signs with what the server verifies with (`jwt_settings` in
+server/runtime/builders/access.py), so the two cannot drift apart. A deployment verifying with
+a public key or a JWKS gets its tokens from its identity provider, which holds the private key:
+this command refuses there.
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ def mint(
 ) -> str:
     """An HS256 token for `tenant`/`principal` that a server with `settings` accepts until
     `expires_in` seconds after `now`; ValueError (one line) when it cannot make one."""
-    from server.runtime.app import jwt_settings  # the composition root: only this command
+    from server.runtime.builders.access import jwt_settings  # only this command needs it
 
-    if settings.jwt_hs256_secret is None:
+    if settings.jwt.hs256_secret is None:
         raise ValueError(
             "no HS256 secret is configured (MEMORIA_JWT_HS256_SECRET); a deployment that "
             "verifies with a public key or JWKS gets its tokens from its identity provider"

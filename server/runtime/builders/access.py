@@ -20,6 +20,12 @@ def build_authenticator(settings: Settings) -> Authenticator:
     if settings.effective_auth == "trusted-headers":
         _warn_of_open_trusted_headers(settings)
         return TrustedHeaders(admin_role=settings.access.admin_role)
+    return JwtAuthenticator(jwt_settings(settings))
+
+
+def jwt_settings(settings: Settings) -> JwtSettings:
+    """How this server verifies bearer tokens (key, algorithms, claims), from its settings;
+    also what `memoria token` signs with, so a minted token is one this server accepts."""
     jwt = settings.jwt
     key: Any
     algorithms: tuple[str, ...]
@@ -30,18 +36,16 @@ def build_authenticator(settings: Settings) -> Authenticator:
     else:
         assert jwt.jwks_file is not None
         key, algorithms = load_jwks(jwt.jwks_file), ("RS256", "ES256")
-    return JwtAuthenticator(
-        JwtSettings(
-            algorithms=jwt.algorithms or algorithms,
-            key=key,
-            audience=jwt.audience,
-            issuer=jwt.issuer,
-            tenant_claim=jwt.tenant_claim,
-            principal_claim=jwt.principal_claim,
-            roles_claim=jwt.roles_claim,
-            admin_role=settings.access.admin_role,
-            leeway_seconds=jwt.leeway_seconds,
-        )
+    return JwtSettings(
+        algorithms=jwt.algorithms or algorithms,
+        key=key,
+        audience=jwt.audience,
+        issuer=jwt.issuer,
+        tenant_claim=jwt.tenant_claim,
+        principal_claim=jwt.principal_claim,
+        roles_claim=jwt.roles_claim,
+        admin_role=settings.access.admin_role,
+        leeway_seconds=jwt.leeway_seconds,
     )
 
 

@@ -120,7 +120,13 @@ def _add_servicers(
     )
     audit_service_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(services.audit), server)
     conversation_search_service_pb2_grpc.add_ConversationSearchServiceServicer_to_server(
-        ConversationSearchServicer(services.search, services.inspector, services.exporter),
+        ConversationSearchServicer(
+            services.conversations.intake,
+            services.conversations.search,
+            services.conversations.removal,
+            services.inspector,
+            services.exporter,
+        ),
         server,
     )
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -1,7 +1,7 @@
 """Conversation search's parts: the turn queue, the chunk index, the embedder, the keyword
-encoder and the indexer (shared by `memoria serve` and `memoria worker`), and the
-ConversationSearch operation on them. Everything that wires search is here, in these two
-functions."""
+encoder and the indexer (shared by `memoria serve` and `memoria worker`), and the conversation
+operations on them (intake, search, removal). Everything that wires search is here, in these
+two functions."""
 
 from __future__ import annotations
 
@@ -11,9 +11,13 @@ from dataclasses import dataclass
 from server.adapters.sql.database import SqlDatabase
 from server.adapters.sql.turns import SqlTurnStore
 from server.adapters.sql.unit_of_work import SqlUnitsOfWork
+from server.domain.fusion import one_side
+from server.domain.indexing import Indexer
+from server.domain.intake import TurnIntake
 from server.domain.keywords import KeywordEncoder
 from server.domain.ports import ChunkIndex, Embedder, InspectionStore, MemoryStore
-from server.domain.search import ConversationSearch, Indexer, search_index
+from server.domain.removal import ConversationRemoval
+from server.domain.search import ConversationSearch
 from server.domain.secrets import SecretDetector
 from server.runtime.builders import utc_now
 from server.runtime.builders.chunks import build_chunk_index
@@ -57,7 +61,16 @@ def build_search_parts(
     return SearchParts(turns, SqlUnitsOfWork(db), index, embedder, keywords, indexer)
 
 
-def build_conversation_search(
+@dataclass
+class Conversations:
+    """The conversation operations the servicer calls."""
+
+    intake: TurnIntake
+    search: ConversationSearch
+    removal: ConversationRemoval
+
+
+def build_conversations(
     settings: Settings,
     parts: SearchParts,
     reads: MemoryStore,
@@ -65,19 +78,19 @@ def build_conversation_search(
     wake_worker: Callable[[], None],
     secrets: SecretDetector,
     inspections: InspectionStore,
-) -> ConversationSearch:
-    """The search operation the servicer calls: searches answered from the index (one side
-    alone in the development search modes), accepted turns handed to the indexing worker."""
-    return ConversationSearch(
-        parts.turns,
-        search_index(parts.index, settings.memory.search_mode),
-        parts.embedder,
-        parts.keywords,
-        reads,
-        parts.indexer,
-        utc_now,
-        parts.units,
-        wake_worker=wake_worker,
-        secrets=secrets,
-        inspections=inspections,
+) -> Conversations:
+    """Turns accepted (redacted, queued, the indexing worker woken), searched (from the index,
+    one side alone in the development search modes) and deleted or erased."""
+    return Conversations(
+        intake=TurnIntake(parts.units, parts.indexer, utc_now, wake_worker, secrets),
+        search=ConversationSearch(
+            reads,
+            parts.turns,
+            parts.embedder,
+            parts.keywords,
+            one_side(parts.index, settings.memory.search_mode),
+            utc_now,
+            inspections,
+        ),
+        removal=ConversationRemoval(parts.units, parts.index, utc_now, wake_worker, inspections),
     )

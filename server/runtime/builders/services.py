@@ -13,10 +13,9 @@ from server.domain.export import Exporter
 from server.domain.inspection import TurnInspector
 from server.domain.memory import MemoryBlocks
 from server.domain.ports import MemoryStore
-from server.domain.search import ConversationSearch
 from server.runtime.builders import utc_now
 from server.runtime.builders.access import page_token_key
-from server.runtime.builders.search import build_conversation_search
+from server.runtime.builders.search import Conversations, build_conversations
 from server.runtime.builders.stores import Stores
 from server.runtime.settings import Settings
 from server.runtime.worker import IndexWorker
@@ -28,7 +27,7 @@ class Services:
 
     blocks: MemoryBlocks
     audit: AuditLog
-    search: ConversationSearch
+    conversations: Conversations
     inspector: TurnInspector
     exporter: Exporter
     inspections: BufferedInspectionStore
@@ -53,7 +52,7 @@ def build_services(
         inspections=inspections,
     )
     tokens = PageTokens(page_token_key(settings))
-    search = build_conversation_search(
+    conversations = build_conversations(
         settings,
         parts,
         reads,
@@ -70,4 +69,6 @@ def build_services(
         retention=timedelta(days=settings.memory.inspection_retention_days),
     )
     exporter = Exporter(blocks, store, parts.turns, parts.index, tokens)
-    return Services(blocks, AuditLog(store, tokens), search, inspector, exporter, inspections)
+    return Services(
+        blocks, AuditLog(store, tokens), conversations, inspector, exporter, inspections
+    )
