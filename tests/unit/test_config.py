@@ -69,6 +69,8 @@ def test_auto_off_loopback_without_a_jwt_key_is_refused(listen: str) -> None:
         Settings(listen=listen)
     assert isinstance(caught.value, ValueError)  # what `memoria serve` catches
     assert "jwt" in str(caught.value).lower()
+    # The refusal names the address that made `auto` jwt, as well as the mode.
+    assert str(caught.value).startswith("MEMORIA_LISTEN, MEMORIA_AUTH: jwt authentication needs")
 
 
 def test_auto_off_loopback_with_a_secret_in_the_env_is_jwt(

@@ -147,10 +147,20 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
+        """Settings of several groups that must agree: jwt (chosen, or `auto` off loopback)
+        needs a key source."""
         if self.effective_auth == "jwt" and not self.jwt.configured:
+            # With `auto`, an address off loopback is what made it jwt: name it too.
+            listens = (("listen", self.serve.listen), ("http_listen", self.http.listen))
+            names = [
+                name
+                for name, listen in listens
+                if self.access.mode == "auto" and listen and not is_loopback(listen_host(listen))
+            ]
             raise Conflict(
                 "jwt authentication needs MEMORIA_JWT_HS256_SECRET, MEMORIA_JWT_PUBLIC_KEY_FILE "
                 "or MEMORIA_JWT_JWKS_FILE (trusted-headers is the default only on loopback)",
+                *names,
                 "auth",
             )
         return self
