@@ -103,7 +103,7 @@ def test_explicit_trusted_headers_off_loopback_is_the_operators_choice() -> None
 
 def test_unknown_auth_mode_is_refused() -> None:
     with pytest.raises(ValidationError):
-        Settings(auth="none")  # type: ignore[arg-type]
+        Settings(auth="none")
 
 
 @pytest.mark.parametrize(
