@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
+import onnxruntime as ort  # type: ignore[import-untyped]  # ships no type information
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 

@@ -167,6 +167,8 @@ SERVER_START_TIMEOUT_S = 180.0
 SERVER_STOP_TIMEOUT_S = 15.0
 CALL_TIMEOUT_S = 30.0
 POLL_S = 0.05  # how often the indexing phase reads the turn table
+ENDED: tuple[type[BaseException], ...] = (*RUN_ENDED, grpc.RpcError)
+"""What ends the measuring early and still leaves a report (`failure_outcome`)."""
 
 SEARCH_TARGET = 1.5  # service latency at most this times the direct query's
 INDEX_TARGET = 0.8  # service chunks/s at least this times the model's alone
@@ -487,7 +489,9 @@ class DirectSearch:
         points = self._shard.query(
             QueryRequest(
                 limit=2 * self._depth,
-                query=Fusion.Dbsf(),
+                # qdrant-edge's stub declares Fusion's variants as nested classes, not
+                # subclasses of Fusion, so a variant does not match the parameter's type.
+                query=Fusion.Dbsf(),  # type: ignore[arg-type]
                 prefetches=prefetches,
                 filter=self._filter,
                 with_payload=True,
@@ -1002,7 +1006,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 settings,
                 deadline,
             )
-        except (*RUN_ENDED, grpc.RpcError) as error:
+        except ENDED as error:
             outcome = failure_outcome(error)
 
     print()

@@ -432,7 +432,7 @@ class Client:
         recorder.started()
         sent = time.perf_counter()
 
-        def done(future: grpc.Future) -> None:
+        def done(future: grpc.Future[Any]) -> None:
             finished = time.perf_counter()
             chunks = 0
             try:
@@ -677,7 +677,10 @@ def check_searchable(client: Client, deadline: float) -> tuple[int, list[str]]:
             request, metadata=principal.metadata, timeout=CALL_TIMEOUT_S
         )
 
-        def done(f: grpc.Future, want: tuple[str, str] = (conversation, turn)) -> None:
+        def done(
+            f: grpc.Future[search_pb.SearchConversationsResponse],
+            want: tuple[str, str] = (conversation, turn),
+        ) -> None:
             try:
                 hits = {(h.conversation_id, h.turn_id) for h in f.result().hits}
                 problem = "" if want in hits else f"{'/'.join(want)} not found by its token"

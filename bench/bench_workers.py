@@ -79,6 +79,8 @@ from procs import (
 
 GHZ_EXTRA_TIMEOUT_S = 30.0
 WARMUP_PASSES = 3  # render calls per principal before measuring: fills every process's cache
+ENDED: tuple[type[BaseException], ...] = (*RUN_ENDED, grpc.RpcError)
+"""What ends the measuring early and still leaves a report (`failure_outcome`)."""
 
 
 def process_tree_cpu(pid: int) -> dict[int, float]:
@@ -350,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         raise BudgetExceeded(f"round {rnd}")
                     tag += 1
                     runs.append(measure(ghz, server, rpc, args, rnd, tag))
-        except (*RUN_ENDED, grpc.RpcError) as error:
+        except ENDED as error:
             outcome = failure_outcome(error)
 
     print()

@@ -50,8 +50,7 @@ def wait_for_port(
             code = process.wait(timeout=0.05)
         except subprocess.TimeoutExpired:
             continue
-        raise AssertionError(
-            f"{' '.join(map(str, process.args))} exited with {code}:\n"
-            f"{log.read_text(errors='replace')}"
-        )
+        args = process.args
+        command = " ".join(map(str, args)) if isinstance(args, list | tuple) else str(args)
+        raise AssertionError(f"{command} exited with {code}:\n{log.read_text(errors='replace')}")
     raise AssertionError(f"no port file after {timeout}s:\n{log.read_text(errors='replace')}")

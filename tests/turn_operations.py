@@ -99,6 +99,8 @@ class TurnOperations(_Operations):
 class FakeTurnOperations(_Operations):
     """The same on `InMemoryTurnStore` and its units of work."""
 
+    store: InMemoryTurnStore
+
     def __init__(self, inspections: InMemoryInspectionStore | None = None) -> None:
         self.store = InMemoryTurnStore(inspections=inspections)
         self.units = self.store.units

@@ -25,6 +25,9 @@ from server.runtime.settings import Settings
 from server.telemetry import Telemetry
 from tests.conftest import SQL_KINDS, PgDatabase
 
+Metadata = tuple[tuple[str, str], ...]
+"""Call metadata as grpc's stubs type it (a tuple of pairs; grpc itself takes any sequence)."""
+
 
 @dataclass
 class Api:
@@ -37,14 +40,13 @@ class Api:
     tenant: str
     search: conversation_search_service_pb2_grpc.ConversationSearchServiceStub
 
-    def who(
-        self, principal: str, tenant: str | None = None, roles: str = ""
-    ) -> list[tuple[str, str]]:
+    def who(self, principal: str, tenant: str | None = None, roles: str = "") -> Metadata:
         """Trusted-headers metadata for a principal (of this test's tenant by default)."""
-        md = [("x-memoria-tenant", tenant or self.tenant), ("x-memoria-principal", principal)]
-        if roles:
-            md.append(("x-memoria-roles", roles))
-        return md
+        md: Metadata = (
+            ("x-memoria-tenant", tenant or self.tenant),
+            ("x-memoria-principal", principal),
+        )
+        return (*md, ("x-memoria-roles", roles)) if roles else md
 
 
 _EMBEDDER: list[Embedder] = []
@@ -84,7 +86,7 @@ def server_settings(
         database_url=database_url,
         page_token_secret="test-page-token-secret-0123456789",
         shutdown_grace_seconds=1,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 

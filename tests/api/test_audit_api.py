@@ -20,7 +20,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from memoria.v1 import audit_service_pb2 as audit_pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
-from tests.api.conftest import Api, expect_error, field_violations
+from tests.api.conftest import Api, Metadata, expect_error, field_violations
 
 USER = block_pb.WRITER_USER
 MODEL = block_pb.WRITER_MODEL
@@ -28,7 +28,6 @@ REWRITTEN = audit_pb.AUDIT_ACTION_BLOCK_REWRITTEN
 DELETED = audit_pb.AUDIT_ACTION_BLOCK_DELETED
 SETTINGS = audit_pb.AUDIT_ACTION_SETTINGS_UPDATED
 ADMIN = "memoria-admin"
-Metadata = list[tuple[str, str]]
 
 
 def rewrite(api: Api, md: Metadata, text: str, writer: block_pb.Writer.ValueType = USER) -> None:

@@ -27,14 +27,12 @@ from memoria.v1 import (
     memory_block_service_pb2,
     memory_block_service_pb2_grpc,
 )
-from tests.api.conftest import Api, error_info, server_settings, start_server
+from tests.api.conftest import Api, Metadata, error_info, server_settings, start_server
 from tests.conftest import SQL_KINDS
 
 SECRET = "api-test-hs256-secret-0123456789abcdef"
 AUDIENCE = "memoria"
 ADMIN = "memoria-admin"
-
-Metadata = list[tuple[str, str]]
 
 
 @dataclass
@@ -66,7 +64,7 @@ class JwtApi:
         )
 
     def bearer(self, tenant: str, principal: str, **options: Any) -> Metadata:
-        return [("authorization", f"Bearer {self.token(tenant, principal, **options)}")]
+        return (("authorization", f"Bearer {self.token(tenant, principal, **options)}"),)
 
 
 @pytest.fixture(scope="module", params=SQL_KINDS)
@@ -131,21 +129,21 @@ RPCS: dict[str, Call] = {
 # Credentials a JWT server must refuse, each naming the tenant and principal it targets.
 Credentials = Callable[[JwtApi, str, str], Metadata]
 BAD_CREDENTIALS: dict[str, Credentials] = {
-    "no-metadata": lambda api, tenant, principal: [],
+    "no-metadata": lambda api, tenant, principal: (),
     "expired-token": lambda api, tenant, principal: api.bearer(tenant, principal, expires_in=-3600),
-    "trusted-headers-only": lambda api, tenant, principal: [
+    "trusted-headers-only": lambda api, tenant, principal: (
         ("x-memoria-tenant", tenant),
         ("x-memoria-principal", principal),
         ("x-memoria-roles", ADMIN),
-    ],
+    ),
     "wrong-audience": lambda api, tenant, principal: api.bearer(tenant, principal, aud="other"),
     "other-secret": lambda api, tenant, principal: api.bearer(
         tenant, principal, secret="not-the-server-secret-0123456789abcdef"
     ),
-    "two-different-tokens": lambda api, tenant, principal: [
+    "two-different-tokens": lambda api, tenant, principal: (
         *api.bearer(tenant, principal),
         *api.bearer(tenant, "mallory"),
-    ],
+    ),
 }
 
 
@@ -153,7 +151,7 @@ def assert_unauthenticated(call: Callable[[], object]) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as caught:
         call()
     error = caught.value
-    assert error.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
     info = error_info(error)
     assert info.reason == "ERROR_REASON_UNAUTHENTICATED"
     assert info.domain == "memoria.v1"
@@ -193,7 +191,7 @@ def test_valid_token_rewrites_and_reads_its_block(jwt_api: JwtApi, tenant: str) 
 
 
 def test_trusted_headers_beside_a_valid_token_are_ignored(jwt_api: JwtApi, tenant: str) -> None:
-    metadata = [*jwt_api.bearer(tenant, "alice"), ("x-memoria-principal", "mallory")]
+    metadata = (*jwt_api.bearer(tenant, "alice"), ("x-memoria-principal", "mallory"))
     jwt_api.blocks.RewriteMemoryBlock(
         memory_block_service_pb2.RewriteMemoryBlockRequest(
             text="Alice's line.", writer=memory_block_pb2.WRITER_USER
@@ -214,7 +212,7 @@ def test_admin_role_claim_reads_another_principals_audit(jwt_api: JwtApi, tenant
     request = audit_service_pb2.ListAuditEventsRequest(principal_id="bob")
     with pytest.raises(grpc.RpcError) as caught:
         jwt_api.audit.ListAuditEvents(request, metadata=jwt_api.bearer(tenant, "carol"))
-    assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+    assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
     admin = jwt_api.bearer(tenant, "carol", roles=[ADMIN])
     events = jwt_api.audit.ListAuditEvents(request, metadata=admin).events
     assert [e.principal_id for e in events] == ["bob"]
@@ -230,7 +228,7 @@ def test_every_rpc_refuses_bad_credentials(
 ) -> None:
     metadata = BAD_CREDENTIALS[credentials](jwt_api, tenant, "alice")
     error = assert_unauthenticated(partial(RPCS[rpc], jwt_api, metadata))
-    message = error.details() or ""  # type: ignore[attr-defined]
+    message = error.details() or ""
     for _, value in metadata:
         if value.startswith("Bearer "):
             assert value.removeprefix("Bearer ") not in message
@@ -291,7 +289,7 @@ def test_reflection_answers_without_credentials(jwt_api: JwtApi) -> None:
 
 @pytest.mark.parametrize("header", ["x-memoria-principal", "x-memoria-tenant"])
 def test_trusted_header_sent_twice_with_different_values_is_refused(api: Api, header: str) -> None:
-    metadata = [*api.who("alice"), (header, "mallory")]
+    metadata = (*api.who("alice"), (header, "mallory"))
     assert_unauthenticated(
         lambda: api.blocks.RewriteMemoryBlock(
             memory_block_service_pb2.RewriteMemoryBlockRequest(
@@ -306,7 +304,7 @@ def test_trusted_header_sent_twice_with_different_values_is_refused(api: Api, he
 
 
 def test_trusted_header_sent_twice_with_the_same_value_is_accepted(api: Api) -> None:
-    metadata = [*api.who("alice"), ("x-memoria-principal", "alice")]
+    metadata = (*api.who("alice"), ("x-memoria-principal", "alice"))
     response = api.blocks.GetMemoryBlock(
         memory_block_service_pb2.GetMemoryBlockRequest(), metadata=metadata
     )

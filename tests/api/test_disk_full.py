@@ -40,7 +40,7 @@ from server.adapters.sql.engine import create_store_engine
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.memory import MemoryBlocks
 from server.domain.model import Identity, Writer
-from tests.api.conftest import error_info
+from tests.api.conftest import Metadata, error_info
 from tests.conftest import APP_ROLE
 from tests.postgres_server import OwnPostgres, free_port
 from tests.processes import MEMORIA, clean_env, wait_for_port
@@ -49,7 +49,7 @@ MiB = 1 << 20
 DISK = 64 * MiB
 WATERMARK = 16 * MiB
 START_TIMEOUT_S = 60.0
-WHO = [("x-memoria-tenant", "t-disk"), ("x-memoria-principal", "ana")]
+WHO: Metadata = (("x-memoria-tenant", "t-disk"), ("x-memoria-principal", "ana"))
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 SERVICES = (

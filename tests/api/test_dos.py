@@ -35,10 +35,11 @@ import pytest
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
+from tests.api.conftest import Metadata
 from tests.processes import MEMORIA
 
 START_TIMEOUT_S = 60.0
-WHO = [("x-memoria-tenant", "t-dos"), ("x-memoria-principal", "victim")]
+WHO: Metadata = (("x-memoria-tenant", "t-dos"), ("x-memoria-principal", "victim"))
 
 HALF_SENT_CONNECTIONS = 20
 HALF_SENT_PER_CONNECTION = 10  # 200 half-sent requests, within the per-connection limit

@@ -26,7 +26,7 @@ from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
 from server.runtime.app import start
 from server.runtime.builders.embedding import build_embedder
 from server.runtime.settings import Settings
-from tests.api.conftest import expect_error, shared_embedder, start_server
+from tests.api.conftest import Metadata, expect_error, shared_embedder, start_server
 from tests.embedding_endpoint import SECRET_BODY, EmbeddingEndpoint, Fault
 from tests.processes import clean_env, failed_in_one_line
 
@@ -48,7 +48,7 @@ def settings_for(endpoint: EmbeddingEndpoint, data_dir: Path, **extra: object) -
         "embedding_max_retries": 0,  # the adapter's retries are tested on their own
     }
     values.update(extra)
-    return Settings(**values)  # type: ignore[arg-type]
+    return Settings(**values)
 
 
 @contextmanager
@@ -64,13 +64,13 @@ def serving(settings: Settings) -> Iterator[pb_grpc.ConversationSearchServiceStu
         running.stop(0)
 
 
-def who() -> list[tuple[str, str]]:
-    return [("x-memoria-tenant", f"t-{uuid.uuid4().hex[:8]}"), ("x-memoria-principal", "ana")]
+def who() -> Metadata:
+    return (("x-memoria-tenant", f"t-{uuid.uuid4().hex[:8]}"), ("x-memoria-principal", "ana"))
 
 
 def index(
     stub: pb_grpc.ConversationSearchServiceStub,
-    caller: list[tuple[str, str]],
+    caller: Metadata,
     turn: str,
     question: str,
     answer: str,
@@ -92,7 +92,7 @@ def index(
 
 
 def search(
-    stub: pb_grpc.ConversationSearchServiceStub, caller: list[tuple[str, str]], query: str
+    stub: pb_grpc.ConversationSearchServiceStub, caller: Metadata, query: str
 ) -> list[pb.SearchHit]:
     response = stub.SearchConversations(
         pb.SearchConversationsRequest(query=query, page_size=5), metadata=caller

@@ -18,13 +18,11 @@ from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as block_service_pb
 from server.runtime.cli import main
 from server.runtime.export_cli import export_lines, import_records, parse_lines
-from tests.api.conftest import Api, expect_error, server_settings, serving
+from tests.api.conftest import Api, Metadata, expect_error, server_settings, serving
 from tests.api.test_search_api import index
 
-Who = list[tuple[str, str]]
 
-
-def fill(api: Api, who: Who) -> None:
+def fill(api: Api, who: Metadata) -> None:
     """A block, a settings change, two indexed turns and a deleted conversation."""
     api.blocks.RewriteMemoryBlock(
         block_service_pb.RewriteMemoryBlockRequest(
@@ -47,7 +45,7 @@ def fill(api: Api, who: Who) -> None:
     )
 
 
-def export(api: Api, who: Who) -> list[dict[str, Any]]:
+def export(api: Api, who: Metadata) -> list[dict[str, Any]]:
     """The caller's export as parsed records (header dropped)."""
     return [{"kind": k, **d} for k, d in parse_lines(export_lines(api.channel, tuple(who)))]
 

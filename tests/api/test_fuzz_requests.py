@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 import grpc
 import pytest
@@ -41,7 +42,10 @@ import memoria.v1
 from memoria.v1 import error_reason_pb2
 from server.domain.errors import ErrorReason
 from server.rpc.errors import STATUS_OF
-from tests.api.conftest import Api, error_info, server_settings, serving
+from tests.api.conftest import Api, Metadata, error_info, server_settings, serving
+
+if TYPE_CHECKING:
+    from google._upb._message import FieldDescriptor as UpbFieldDescriptor
 
 SEED = 1616
 RANDOM_INPUTS_PER_METHOD = 12
@@ -56,6 +60,9 @@ REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 NEVER = frozenset(
     {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED}
 )
+
+Field: TypeAlias = "FieldDescriptor | UpbFieldDescriptor"
+"""A message's field as protobuf's stubs type `DESCRIPTOR.fields` (either implementation)."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,7 @@ def varint(value: int) -> bytes:
             return bytes(out)
 
 
-def tag(field: FieldDescriptor, wire_type: int) -> bytes:
+def tag(field: Field, wire_type: int) -> bytes:
     return varint(field.number << 3 | wire_type)
 
 
@@ -175,7 +182,7 @@ def hostile_message(
     return msg
 
 
-def hostile_value(field: FieldDescriptor, rng: random.Random, strings: list[str]) -> object:
+def hostile_value(field: Field, rng: random.Random, strings: list[str]) -> object:
     kind = field.type
     if kind == FieldDescriptor.TYPE_STRING:
         return rng.choice(strings)
@@ -188,7 +195,9 @@ def hostile_value(field: FieldDescriptor, rng: random.Random, strings: list[str]
     if kind in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
         return rng.choice([float("nan"), float("inf"), -1e308, 0.0])
     if kind == FieldDescriptor.TYPE_MESSAGE:
-        sub = message_factory.GetMessageClass(field.message_type)
+        assert field.message_type is not None  # a message field always has its type
+        # protobuf's stubs type the upb descriptor apart from the Python one it stands for.
+        sub = message_factory.GetMessageClass(field.message_type)  # type: ignore[arg-type]
         if field.message_type.full_name == "google.protobuf.Timestamp":
             seconds = rng.choice([-(2**40), -62135596801, 0, 253402300800, 2**40])
             nanos = rng.choice([0, -1, 10**9, 999_999_999])
@@ -227,12 +236,12 @@ def inputs(method: Method, rng: random.Random) -> Iterator[tuple[str, bytes]]:
 # --- the run --------------------------------------------------------------------------------
 
 
-def identities(api: Api) -> list[tuple[str, list[tuple[str, str]]]]:
+def identities(api: Api) -> list[tuple[str, Metadata]]:
     return [
         ("valid", api.who("fuzz")),
         ("admin", api.who("fuzz-admin", roles="memoria-admin")),
-        ("none", []),
-        ("blank-tenant", [("x-memoria-tenant", "   "), ("x-memoria-principal", "fuzz")]),
+        ("none", ()),
+        ("blank-tenant", (("x-memoria-tenant", "   "), ("x-memoria-principal", "fuzz"))),
         ("long-principal", api.who("p" * 300)),
     ]
 
@@ -243,17 +252,21 @@ class Outcome:
     reason: str
 
 
-def call(channel: grpc.Channel, method: Method, body: bytes, md: list[tuple[str, str]]) -> Outcome:
+def call(channel: grpc.Channel, method: Method, body: bytes, md: Metadata) -> Outcome:
     """Send `body` as the request of `method`, exactly as bytes; the status it answers."""
     try:
         if method.kind == "unary_unary":
-            channel.unary_unary(method.path)(body, metadata=md, timeout=10)
+            channel.unary_unary(method.path, None, None)(body, metadata=md, timeout=10)
         elif method.kind == "unary_stream":
-            responses = channel.unary_stream(method.path)(body, metadata=md, timeout=10)
-            next(responses)  # Watch streams forever: its first answer is the one that counts
-            responses.cancel()
+            responses = channel.unary_stream(method.path, None, None)(body, metadata=md, timeout=10)
+            # Watch streams forever: its first answer is the one that counts. (The call is its
+            # own iterator; grpc's stub declares only __iter__, and cancel without types.)
+            next(iter(responses))
+            responses.cancel()  # type: ignore[no-untyped-call]
         else:
-            for _ in channel.stream_stream(method.path)(iter([body]), metadata=md, timeout=10):
+            for _ in channel.stream_stream(method.path, None, None)(
+                iter([body]), metadata=md, timeout=10
+            ):
                 pass
     except grpc.RpcError as error:
         assert isinstance(error, grpc.Call)
@@ -319,7 +332,7 @@ def test_every_malformed_random_or_hostile_request_gets_a_clear_status(
             assert time.monotonic() - started < TIME_BUDGET_S, "the fuzz run took too long"
     elapsed = time.monotonic() - started
     health = health_pb2.HealthCheckResponse.FromString(
-        fuzz_api.channel.unary_unary(HEALTH_CHECK)(
+        fuzz_api.channel.unary_unary(HEALTH_CHECK, None, None)(
             health_pb2.HealthCheckRequest().SerializeToString(), timeout=10
         )
     )

@@ -58,7 +58,7 @@ def raw_call(port: int, headers: list[tuple[bytes, bytes]], body: bytes = b"") -
             assert data, "the server closed the connection without a status"
             for event in conn.receive_data(data):
                 if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
-                    received.update(dict(event.headers))  # type: ignore[arg-type]
+                    received.update(dict(event.headers))
                 ended = ended or isinstance(event, h2.events.StreamEnded)
             sock.sendall(conn.data_to_send())
     return int(received[b"grpc-status"]), _reason(received.get(b"grpc-status-details-bin"))
@@ -71,7 +71,7 @@ def _reason(details: bytes | None) -> str:
     for detail in status.details:
         info = error_details_pb2.ErrorInfo()
         if detail.Unpack(info):
-            return info.reason
+            return str(info.reason)
     return ""
 
 

@@ -16,7 +16,7 @@ from memoria.v1 import memory_block_service_pb2 as block_service_pb
 from server.adapters.sql.inspections import SqlInspectionStore
 from server.adapters.sql.tables import turn_inspections
 from server.runtime.builders import utc_now
-from tests.api.conftest import Api, expect_error, field_violations
+from tests.api.conftest import Api, Metadata, expect_error, field_violations
 from tests.api.test_search_api import index
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -26,13 +26,13 @@ def turn(conversation: str = "c1", turn_id: str = "t1") -> block_pb.TurnReferenc
     return block_pb.TurnReference(conversation_id=conversation, turn_id=turn_id)
 
 
-def inspect(api: Api, who: list[tuple[str, str]], ref: block_pb.TurnReference) -> pb.TurnInspection:
+def inspect(api: Api, who: Metadata, ref: block_pb.TurnReference) -> pb.TurnInspection:
     response = api.search.GetTurnInspection(pb.GetTurnInspectionRequest(turn=ref), metadata=who)
     inspection: pb.TurnInspection = response.inspection
     return inspection
 
 
-def rewrite(api: Api, who: list[tuple[str, str]], text: str) -> str:
+def rewrite(api: Api, who: Metadata, text: str) -> str:
     response = api.blocks.RewriteMemoryBlock(
         block_service_pb.RewriteMemoryBlockRequest(text=text, writer=block_pb.WRITER_USER),
         metadata=who,
@@ -42,7 +42,7 @@ def rewrite(api: Api, who: list[tuple[str, str]], text: str) -> str:
 
 
 def render(
-    api: Api, who: list[tuple[str, str]], ref: block_pb.TurnReference | None = None
+    api: Api, who: Metadata, ref: block_pb.TurnReference | None = None
 ) -> block_service_pb.RenderMemoryBlockResponse:
     request = block_service_pb.RenderMemoryBlockRequest(turn=ref)
     response: block_service_pb.RenderMemoryBlockResponse = api.blocks.RenderMemoryBlock(
@@ -65,7 +65,7 @@ def recorded(api: Api, tenant: str | None = None) -> int:
 
 
 def search(
-    api: Api, who: list[tuple[str, str]], query: str, ref: block_pb.TurnReference | None
+    api: Api, who: Metadata, query: str, ref: block_pb.TurnReference | None
 ) -> list[pb.SearchHit]:
     request = pb.SearchConversationsRequest(query=query, turn=ref)
     return list(api.search.SearchConversations(request, metadata=who).hits)
@@ -197,9 +197,9 @@ def test_records_past_the_retention_are_purged(api: Api) -> None:
 
 def test_unauthenticated_calls_record_nothing(api: Api) -> None:
     for call in (
-        lambda: render(api, [], turn()),
-        lambda: search(api, [], "tea", turn()),
-        lambda: inspect(api, [], turn()),
+        lambda: render(api, (), turn()),
+        lambda: search(api, (), "tea", turn()),
+        lambda: inspect(api, (), turn()),
     ):
         expect_error(call, grpc.StatusCode.UNAUTHENTICATED, "ERROR_REASON_UNAUTHENTICATED")
     assert recorded(api) == 0

@@ -19,7 +19,7 @@ import pytest
 from memoria.v1 import audit_service_pb2 as audit_pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
-from tests.api.conftest import Api, expect_error
+from tests.api.conftest import Api, Metadata, expect_error
 
 USER = block_pb.WRITER_USER
 MODEL = block_pb.WRITER_MODEL
@@ -65,7 +65,7 @@ class World:
         # The enabled state each identity ends up with after changing its settings.
         self.enabled = dict(zip(self.identities, (False, True, True, False), strict=True))
 
-    def md(self, who: Identity, roles: str = "") -> list[tuple[str, str]]:
+    def md(self, who: Identity, roles: str = "") -> Metadata:
         return self.api.who(who.principal, tenant=who.tenant, roles=roles)
 
     def get(self, who: Identity) -> block_pb.MemoryBlock:
@@ -295,9 +295,9 @@ BAD_HEADERS = {
 
 @pytest.mark.parametrize("headers", BAD_HEADERS.values(), ids=BAD_HEADERS.keys())
 def test_a_call_without_a_confirmed_identity_is_unauthenticated(
-    api: Api, headers: list[tuple[str, str]]
+    api: Api, headers: Metadata
 ) -> None:
-    metadata = [(key, value.format(tenant=api.tenant)) for key, value in headers]
+    metadata = tuple((key, value.format(tenant=api.tenant)) for key, value in headers)
     calls: list[Callable[[], object]] = [
         partial(api.blocks.GetMemoryBlock, pb.GetMemoryBlockRequest(), metadata=metadata),
         partial(api.blocks.RenderMemoryBlock, pb.RenderMemoryBlockRequest(), metadata=metadata),

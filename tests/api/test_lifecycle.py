@@ -29,14 +29,14 @@ from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
 from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
-from tests.api.conftest import shared_embedder
+from tests.api.conftest import Metadata, shared_embedder
 from tests.conftest import SQL_KINDS, PgDatabase
 from tests.processes import MEMORIA, clean_env, wait_for_port
 
 START_TIMEOUT_S = 30.0
 GRACE_S = 2
 EXIT_TIMEOUT_S = GRACE_S + 15.0
-WHO = [("x-memoria-tenant", "t-lifecycle"), ("x-memoria-principal", "alice")]
+WHO: Metadata = (("x-memoria-tenant", "t-lifecycle"), ("x-memoria-principal", "alice"))
 SERVING = health_pb2.HealthCheckResponse.SERVING
 EVERY_SERVICE = (
     "",
@@ -265,7 +265,7 @@ def test_a_worker_killed_mid_turn_indexes_it_once_after_restart(
     server = launch(data_dir, args, env)
     stub = search_grpc.ConversationSearchServiceStub(server.channel)
     tenant = f"t-kill-{kind}"
-    who = [("x-memoria-tenant", tenant), ("x-memoria-principal", "alice")]
+    who = (("x-memoria-tenant", tenant), ("x-memoria-principal", "alice"))
     answer = " ".join(f"paragraph {i} about the heron survey." for i in range(1300))
     when = Timestamp()
     when.GetCurrentTime()

@@ -39,7 +39,9 @@ def test_a_request_that_never_arrives_is_cancelled_after_the_bound(limited: Api)
         never.wait(20)  # bounded; set at the end
         yield from ()
 
-    half_sent = limited.channel.stream_unary("/memoria.v1.MemoryBlockService/GetMemoryBlock")
+    half_sent = limited.channel.stream_unary(
+        "/memoria.v1.MemoryBlockService/GetMemoryBlock", None, None
+    )
     started = time.monotonic()
     try:
         with pytest.raises(grpc.RpcError) as caught:

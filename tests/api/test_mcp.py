@@ -33,7 +33,7 @@ from memoria.v1 import memory_block_service_pb2 as blocks_pb
 from memoria_client import MemoriaTurnAdapter
 from memoria_client.mcp_server import PROMPT_SECTION_URI, _StdioTurns
 from memoria_client.tool_files import load_source
-from tests.api.conftest import Api, server_settings, serving
+from tests.api.conftest import Api, Metadata, server_settings, serving
 from tests.processes import MEMORIA, clean_env, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def _text(result: Any) -> str:
     return str(content.text)
 
 
-def _index(api: Api, metadata: list[tuple[str, str]], conversation: str, token: str) -> None:
+def _index(api: Api, metadata: Metadata, conversation: str, token: str) -> None:
     """A finished turn that mentions `token`, searchable when this returns (wait)."""
     when = Timestamp()
     when.FromDatetime(datetime(2026, 11, 2, 10, 0, tzinfo=UTC))
@@ -77,7 +77,7 @@ def _index(api: Api, metadata: list[tuple[str, str]], conversation: str, token: 
     assert response.outcome == search_pb.INDEX_TURN_OUTCOME_INDEXED
 
 
-async def _exercise(session: ClientSession, api: Api, metadata: list[tuple[str, str]]) -> None:
+async def _exercise(session: ClientSession, api: Api, metadata: Metadata) -> None:
     """What every transport must do, checked against the gRPC API and the adapter."""
     await session.initialize()
 
@@ -290,7 +290,7 @@ def test_http_with_a_valid_token_serves_the_tools(mcp_http: McpHttp) -> None:
             streamable_http_client(mcp_http.url, http_client=http) as (read, write),
             ClientSession(read, write) as session,
         ):
-            await _exercise(session, mcp_http.api, [("authorization", bearer)])
+            await _exercise(session, mcp_http.api, (("authorization", bearer),))
 
     _run(main)
 
@@ -340,7 +340,7 @@ def test_http_without_a_token_memoria_accepts_is_refused(
     assert response.status_code == 401
     assert response.headers["www-authenticate"].startswith("Bearer")
     # Nothing was written for the person the forged token names.
-    valid = [("authorization", f"Bearer {_token(tenant, 'ana')}")]
+    valid = (("authorization", f"Bearer {_token(tenant, 'ana')}"),)
     stored = mcp_http.api.blocks.GetMemoryBlock(blocks_pb.GetMemoryBlockRequest(), metadata=valid)
     assert stored.memory_block.text == ""
 
@@ -365,7 +365,7 @@ def test_http_passes_the_token_through_so_each_caller_acts_as_itself(mcp_http: M
 
     _run(main)
     for principal, text in (("ana", "Preferred name: Ana"), ("bo", "Preferred name: Bo")):
-        metadata = [("authorization", f"Bearer {_token(tenant, principal)}")]
+        metadata = (("authorization", f"Bearer {_token(tenant, principal)}"),)
         stored = mcp_http.api.blocks.GetMemoryBlock(
             blocks_pb.GetMemoryBlockRequest(), metadata=metadata
         )

@@ -20,6 +20,7 @@ from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
 from tests.api.conftest import (
     Api,
+    Metadata,
     error_info,
     expect_error,
     field_violations,
@@ -38,7 +39,7 @@ class Caller:
 
     blocks: pb_grpc.MemoryBlockServiceStub
     api: Api
-    md: list[tuple[str, str]]
+    md: Metadata
 
     def get(self) -> block_pb.MemoryBlock:
         return self.blocks.GetMemoryBlock(pb.GetMemoryBlockRequest(), metadata=self.md).memory_block

@@ -21,7 +21,7 @@ from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as blocks_pb
 from server.domain.errors import ErrorReason
 from server.rpc.errors import STATUS_OF
-from tests.api.conftest import Api, error_info, server_settings, serving
+from tests.api.conftest import Api, Metadata, error_info, server_settings, serving
 
 DOCUMENTED = frozenset(
     {
@@ -75,9 +75,9 @@ def clear_status(call: Callable[[], object]) -> str:
 @PROPERTY_SETTINGS
 @given(tenant=header_values, principal=header_values, roles=header_values)
 def test_any_identity_headers(props_api: Api, tenant: str, principal: str, roles: str) -> None:
-    md = [("x-memoria-tenant", tenant), ("x-memoria-principal", principal)]
+    md: Metadata = (("x-memoria-tenant", tenant), ("x-memoria-principal", principal))
     if roles:
-        md.append(("x-memoria-roles", roles))
+        md += (("x-memoria-roles", roles),)
     reason = clear_status(
         lambda: props_api.blocks.GetMemoryBlock(blocks_pb.GetMemoryBlockRequest(), metadata=md)
     )

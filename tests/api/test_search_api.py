@@ -25,6 +25,7 @@ from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import EncodedQuery, IndexedChunk, SearchScope, TurnKey
 from tests.api.conftest import (
     Api,
+    Metadata,
     expect_error,
     field_violations,
     server_settings,
@@ -79,7 +80,7 @@ def ts(value: datetime = WHEN) -> Timestamp:
 
 def index(
     api: Api,
-    who: list[tuple[str, str]],
+    who: Metadata,
     conversation: str,
     turn: str,
     question: str,
@@ -101,7 +102,7 @@ def index(
     return response
 
 
-def search(api: Api, who: list[tuple[str, str]], query: str, size: int = 10) -> list[pb.SearchHit]:
+def search(api: Api, who: Metadata, query: str, size: int = 10) -> list[pb.SearchHit]:
     response = api.search.SearchConversations(
         pb.SearchConversationsRequest(query=query, page_size=size), metadata=who
     )
@@ -274,7 +275,7 @@ def test_no_identity_touches_no_index(request: pytest.FixtureRequest, tmp_path: 
         # The same server does query the index for an identified caller.
         stub.SearchConversations(
             pb.SearchConversationsRequest(query="q"),
-            metadata=[("x-memoria-tenant", "t"), ("x-memoria-principal", "p")],
+            metadata=(("x-memoria-tenant", "t"), ("x-memoria-principal", "p")),
         )
         assert counting.calls == ["search"]
     finally:
@@ -296,9 +297,7 @@ def test_memory_off_skips_turns_and_finds_nothing(api: Api) -> None:
     assert all(h.turn_id != "during" for h in search(api, ana, "tabby"))
 
 
-def set_memory(
-    blocks: block_grpc.MemoryBlockServiceStub, who: list[tuple[str, str]], *, enabled: bool
-) -> None:
+def set_memory(blocks: block_grpc.MemoryBlockServiceStub, who: Metadata, *, enabled: bool) -> None:
     blocks.UpdateMemorySettings(
         block_service_pb.UpdateMemorySettingsRequest(
             writer=block_pb.WRITER_USER, memory_enabled=enabled

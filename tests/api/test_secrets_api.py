@@ -8,13 +8,13 @@ import grpc
 from memoria.v1 import audit_service_pb2 as audit_pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as block_service_pb
-from tests.api.conftest import Api, error_info, expect_error, field_violations
+from tests.api.conftest import Api, Metadata, error_info, expect_error, field_violations
 from tests.api.test_search_api import index, search
 
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"  # AWS's documentation example, not a real key
 
 
-def _audit_text(api: Api, who: list[tuple[str, str]]) -> str:
+def _audit_text(api: Api, who: Metadata) -> str:
     events = api.audit.ListAuditEvents(
         audit_pb.ListAuditEventsRequest(page_size=500), metadata=who
     ).events

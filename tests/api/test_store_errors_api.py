@@ -24,9 +24,15 @@ from memoria.v1 import (
     memory_block_service_pb2 as blocks_pb,
 )
 from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
-from tests.api.conftest import expect_error, server_settings, shared_embedder, start_server
+from tests.api.conftest import (
+    Metadata,
+    expect_error,
+    server_settings,
+    shared_embedder,
+    start_server,
+)
 
-WHO = [("x-memoria-tenant", "t-broken"), ("x-memoria-principal", "ana")]
+WHO: Metadata = (("x-memoria-tenant", "t-broken"), ("x-memoria-principal", "ana"))
 STORE_UNAVAILABLE = "ERROR_REASON_STORE_UNAVAILABLE"
 
 

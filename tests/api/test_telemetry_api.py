@@ -15,7 +15,12 @@ from typing import Any
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, Metric
+from opentelemetry.sdk.metrics.export import (
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    Metric,
+    NumberDataPoint,
+)
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -30,7 +35,7 @@ from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
 from server.adapters.sql.turns import SqlTurnStore
 from server.runtime.app import Running
 from server.telemetry import JsonFormatter, build_telemetry, setup_telemetry
-from tests.api.conftest import server_settings, start_server
+from tests.api.conftest import Metadata, server_settings, start_server
 from tests.api.test_search_api import ts
 from tests.conftest import SQL_KINDS
 from tests.otlp_stub import GrpcCollectorStub, HttpCollectorStub
@@ -48,7 +53,7 @@ class Traced:
     search: search_grpc.ConversationSearchServiceStub
     spans: InMemorySpanExporter
     metrics: InMemoryMetricReader
-    who: list[tuple[str, str]]
+    who: Metadata
 
     def span(self, name: str) -> ReadableSpan:
         (span,) = [s for s in self.spans.get_finished_spans() if s.name == name]
@@ -76,6 +81,20 @@ class Traced:
         return metrics[name]
 
 
+def numbers(metric: Metric) -> list[NumberDataPoint]:
+    """A counter's or gauge's points (any other kind fails the test)."""
+    points = [p for p in metric.data.data_points if isinstance(p, NumberDataPoint)]
+    assert len(points) == len(metric.data.data_points), f"{metric.name} is not a number"
+    return points
+
+
+def histograms(metric: Metric) -> list[HistogramDataPoint]:
+    """A histogram's points (any other kind fails the test)."""
+    points = [p for p in metric.data.data_points if isinstance(p, HistogramDataPoint)]
+    assert len(points) == len(metric.data.data_points), f"{metric.name} is not a histogram"
+    return points
+
+
 @pytest.fixture(params=SQL_KINDS)
 def traced(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Traced]:
     spans = InMemorySpanExporter()
@@ -94,7 +113,7 @@ def traced(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Traced]:
             search_grpc.ConversationSearchServiceStub(channel),
             spans,
             reader,
-            [("x-memoria-tenant", tenant), ("x-memoria-principal", "ana")],
+            (("x-memoria-tenant", tenant), ("x-memoria-principal", "ana")),
         )
     finally:
         channel.close()
@@ -137,7 +156,7 @@ def test_refused_calls_carry_their_status_code(traced: Traced) -> None:
             pb.RewriteMemoryBlockRequest(text="x" * 5000, writer=block_pb.WRITER_MODEL),
             metadata=traced.who,
         )
-    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     with pytest.raises(grpc.RpcError):
         traced.blocks.GetMemoryBlock(pb.GetMemoryBlockRequest())  # no identity
     rewrite = traced.span(f"{BLOCKS}/RewriteMemoryBlock")
@@ -198,8 +217,8 @@ def test_search_has_qdrant_and_embedding_spans_and_indexing_is_counted(traced: T
     names = {s.name for s in traced.children(batch)}
     assert {"embed documents", "qdrant upsert_turn"} <= names
 
-    turns = traced.metric("memoria.index.turns").data.data_points
-    chunks = traced.metric("memoria.index.chunks").data.data_points
+    turns = numbers(traced.metric("memoria.index.turns"))
+    chunks = numbers(traced.metric("memoria.index.chunks"))
     assert sum(p.value for p in turns) == 1
     assert sum(p.value for p in chunks) == 1
 
@@ -219,10 +238,10 @@ def test_block_sizes_and_outbox_gauges(traced: Traced) -> None:
             metadata=traced.who,
         )
     metrics = traced.collect()
-    sizes = metrics["memoria.block.size"].data.data_points
+    sizes = histograms(metrics["memoria.block.size"])
     assert [(p.count, p.sum) for p in sizes] == [(2, 9 + 24)]
-    (depth,) = metrics["memoria.outbox.depth"].data.data_points
-    (age,) = metrics["memoria.outbox.oldest_pending_age"].data.data_points
+    (depth,) = numbers(metrics["memoria.outbox.depth"])
+    (age,) = numbers(metrics["memoria.outbox.oldest_pending_age"])
     assert depth.value == pending_before + 1
     assert age.value >= 0
     if pending_before == 0:  # then the oldest pending turn is this test's
@@ -289,7 +308,7 @@ def test_otlp_export_goes_to_the_configured_endpoint(
     try:
         pb_grpc.MemoryBlockServiceStub(channel).RenderMemoryBlock(
             pb.RenderMemoryBlockRequest(),
-            metadata=[("x-memoria-tenant", "t"), ("x-memoria-principal", "p")],
+            metadata=(("x-memoria-tenant", "t"), ("x-memoria-principal", "p")),
         )
     finally:
         channel.close()

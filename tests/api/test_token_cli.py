@@ -22,7 +22,7 @@ from memoria.v1 import memory_block_service_pb2 as blocks_pb
 from memoria.v1 import memory_block_service_pb2_grpc as blocks_grpc
 from server.runtime.settings import Settings
 from server.runtime.token_cli import mint
-from tests.api.conftest import error_info, expect_error
+from tests.api.conftest import Metadata, error_info, expect_error
 from tests.processes import MEMORIA, clean_env, failed_in_one_line, wait_for_port
 
 SECRET = "token-test-hs256-secret-0123456789abcdef"
@@ -84,8 +84,8 @@ def memoria_token(*args: str) -> str:
     return token
 
 
-def bearer(token: str) -> list[tuple[str, str]]:
-    return [("authorization", f"Bearer {token}")]
+def bearer(token: str) -> Metadata:
+    return (("authorization", f"Bearer {token}"),)
 
 
 def test_a_minted_token_is_accepted_and_admin_only_when_asked(jwt_server: grpc.Channel) -> None:

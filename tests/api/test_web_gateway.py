@@ -114,7 +114,7 @@ def test_no_identity_is_unauthenticated_and_touches_nothing(
     bad = client.post(
         f"{BLOCKS}/GetMemoryBlock",
         json={},
-        headers={"x-memoria-tenant": "t\u00e9".encode("latin-1"), "x-memoria-principal": "ana"},
+        headers={b"x-memoria-tenant": "t\u00e9".encode("latin-1"), b"x-memoria-principal": b"ana"},
     )
     assert bad.status_code == 401
     got = api.blocks.GetMemoryBlock(pb.GetMemoryBlockRequest(), metadata=api.who("ana"))

@@ -20,14 +20,14 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
 from server.adapters.qdrant.server import QdrantServerChunkIndex
-from tests.api.conftest import shared_embedder
+from tests.api.conftest import Metadata, shared_embedder
 from tests.api.test_lifecycle import START_TIMEOUT_S, _env
 from tests.conftest import PgDatabase
 from tests.processes import MEMORIA, wait_for_port
 from tests.qdrant_server import QdrantEndpoint
 
 pytestmark = [pytest.mark.postgres, pytest.mark.qdrant]
-WHO = [("x-memoria-tenant", "t-worker-process"), ("x-memoria-principal", "alice")]
+WHO: Metadata = (("x-memoria-tenant", "t-worker-process"), ("x-memoria-principal", "alice"))
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
+from tests.api.conftest import Metadata
 from tests.api.test_lifecycle import START_TIMEOUT_S, _env
 from tests.conftest import PgDatabase
 from tests.processes import MEMORIA, wait_for_port
@@ -184,8 +185,8 @@ def group(tmp_path: Path, postgres: PgDatabase, qdrant_env: dict[str, str]) -> I
                 process.wait()
 
 
-def _who() -> list[tuple[str, str]]:
-    return [("x-memoria-tenant", f"t-{uuid.uuid4().hex[:10]}"), ("x-memoria-principal", "ana")]
+def _who() -> Metadata:
+    return (("x-memoria-tenant", f"t-{uuid.uuid4().hex[:10]}"), ("x-memoria-principal", "ana"))
 
 
 @pytest.mark.postgres

@@ -62,6 +62,6 @@ def test_a_pasted_token_names_the_person(jwt_web: Api, browser: Browser) -> None
     finally:
         context.close()
     stored = jwt_web.blocks.GetMemoryBlock(
-        pb.GetMemoryBlockRequest(), metadata=[("authorization", f"Bearer {token}")]
+        pb.GetMemoryBlockRequest(), metadata=(("authorization", f"Bearer {token}"),)
     )
     assert stored.memory_block.text == "Signed in with a token"

@@ -124,14 +124,13 @@ def test_scoped_to_tenant_and_principal(store: MemoryStore, tenant: str) -> None
 
 def test_blank_audit_lines_of_its_principal_only(store: MemoryStore, tenant: str) -> None:
     other = tenant + "-other"
-    lines = {"added_lines": ("secret",), "added_line_count": 1}
     for t in (tenant, other):
         for p in ("ana", "bob"):
             assert change(
                 store,
                 t,
                 p,
-                event(p, AuditAction.BLOCK_REWRITTEN, **lines),
+                event(p, AuditAction.BLOCK_REWRITTEN, added_lines=("secret",), added_line_count=1),
                 block=StoredBlock("secret", "e", T0),
             )
     deleted = event("ana", AuditAction.BLOCK_DELETED, removed_line_count=1)

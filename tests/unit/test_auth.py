@@ -233,7 +233,7 @@ def test_token_with_an_audience_is_refused_when_none_is_configured() -> None:
 
 # --- refusals -------------------------------------------------------------------------------
 
-STRICT = {"audience": AUDIENCE, "issuer": ISSUER}
+STRICT: dict[str, Any] = {"audience": AUDIENCE, "issuer": ISSUER}
 """The table below runs against an authenticator that checks aud and iss too."""
 
 

@@ -16,6 +16,7 @@ from server.domain.model import (
     StoredBlock,
     Writer,
 )
+from server.domain.ports import MemoryStore
 from tests.fakes import InMemoryMemoryStore
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -39,7 +40,7 @@ def cached(inner: InMemoryMemoryStore, **extra: object) -> CachedMemoryStore:
     return CachedMemoryStore(inner, **options)  # type: ignore[arg-type]
 
 
-def write(store: CachedMemoryStore, text: str, principal: str = "ana") -> bool:
+def write(store: MemoryStore, text: str, principal: str = "ana") -> bool:
     current = store.read("t", principal)
     event = NewAuditEvent(principal, AuditAction.BLOCK_REWRITTEN, Writer.USER, NOW)
     change = Change(principal, current, event, block=StoredBlock(text, text, NOW))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from server.domain import text as text_module
 from server.domain.chunking import CHUNK_CHARS, MAX_CHUNKS, split_text, split_turn, turn_text
 
-WORDS = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=0, max_size=60)
+WORDS = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), min_size=0, max_size=60)
 
 
 def test_short_turn_is_one_chunk_question_then_answer() -> None:

@@ -105,7 +105,7 @@ def test_explicit_trusted_headers_off_loopback_is_the_operators_choice() -> None
 
 def test_unknown_auth_mode_is_refused() -> None:
     with pytest.raises(InvalidSettings):
-        Settings(auth="none")  # type: ignore[arg-type]
+        Settings(auth="none")
 
 
 @pytest.mark.parametrize(
@@ -123,7 +123,7 @@ def test_unknown_auth_mode_is_refused() -> None:
 @pytest.mark.parametrize("listen", ["127.0.0.1:0", "0.0.0.0:0"])
 def test_two_jwt_key_sources_are_refused(keys: dict[str, str], listen: str) -> None:
     with pytest.raises(InvalidSettings, match="one JWT key source"):
-        Settings(listen=listen, **keys)  # type: ignore[arg-type]
+        Settings(listen=listen, **keys)
 
 
 @pytest.mark.parametrize("listen", ["nope", "127.0.0.1", "127.0.0.1:", "127.0.0.1:http", ""])
@@ -168,7 +168,7 @@ def test_settings_are_frozen() -> None:
 def test_unknown_keyword_is_refused() -> None:
     """extra="forbid" applies to values passed in code (the flags path)."""
     with pytest.raises(InvalidSettings):
-        Settings(listn="0.0.0.0:0")  # type: ignore[call-arg]
+        Settings(listn="0.0.0.0:0")
 
 
 def test_unknown_memoria_env_var_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:

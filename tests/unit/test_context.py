@@ -9,6 +9,7 @@ the indexer's use in tests/unit/test_indexer.py.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -84,9 +85,14 @@ def test_the_window_around_a_turn_finds_the_same_neighbours_as_the_whole_convers
     window cannot tell, from the whole conversation) equal those from the whole conversation."""
     rng = random.Random(near)
     index = QdrantEdgeChunkIndex(tmp_path / "chunks", 4, "m")
-    reads = []
+    reads: list[tuple[str, ...]] = []
     whole = index.conversation_places
-    monkeypatch.setattr(index, "conversation_places", lambda *a: reads.append(a) or whole(*a))
+
+    def counted(*a: str) -> Sequence[ChunkPlace]:
+        reads.append(a)
+        return whole(*a)
+
+    monkeypatch.setattr(index, "conversation_places", counted)
     try:
         keys = []
         for n in range(40):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import psycopg.errors
 import pytest
@@ -64,7 +65,14 @@ class Clock:
         return self.now
 
 
-def _space(disk: FakeDisk, clock: Clock, **kwargs: float) -> FreeSpace:
+class Limits(TypedDict, total=False):
+    """FreeSpace's thresholds a test sets."""
+
+    min_free_bytes: int
+    min_free_percent: float
+
+
+def _space(disk: FakeDisk, clock: Clock, **kwargs: Unpack[Limits]) -> FreeSpace:
     return FreeSpace(
         Path("/data"), statvfs=disk.statvfs, clock=clock, max_age_seconds=0.25, **kwargs
     )

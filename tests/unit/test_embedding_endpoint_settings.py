@@ -141,7 +141,7 @@ def test_the_api_key_is_redacted_from_the_start_up_log() -> None:
 )
 def test_inconsistent_settings_are_refused(values: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidSettings, match=re.escape(message)):
-        Settings(**values)  # type: ignore[arg-type]
+        Settings(**values)
 
 
 @given(

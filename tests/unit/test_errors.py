@@ -10,8 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
+from google.rpc import error_details_pb2, status_pb2
 
 from memoria.v1 import error_reason_pb2
 from server.domain.errors import (
@@ -51,7 +50,7 @@ def test_status_carries_error_info_and_bad_request() -> None:
     )
     status = to_status(error)
     assert status.code is grpc.StatusCode.INVALID_ARGUMENT
-    decoded = rpc_status.status_pb2.Status.FromString(
+    decoded = status_pb2.Status.FromString(
         dict(status.trailing_metadata)["grpc-status-details-bin"]
     )
     info, bad = error_details_pb2.ErrorInfo(), error_details_pb2.BadRequest()
@@ -97,7 +96,7 @@ def raise_sites() -> list[tuple[str, str, str | None]]:
 
     Fails on a call that passes free-form `metadata=` or a reason that is not a literal
     `ErrorReason.X` (which this check could not follow)."""
-    sites = []
+    sites: list[tuple[str, str, str | None]] = []
     for path in sorted((ROOT / "server").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):

@@ -23,7 +23,6 @@ from server.adapters.sql.blocks import SqlMemoryStore
 from server.adapters.sql.database import SqlDatabase
 from server.adapters.sql.engine import create_store_engine, sqlite_url
 from server.adapters.sql.tables import conversation_turns
-from server.adapters.sql.turns import SqlTurnStore
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.indexing import MAX_INDEX_ATTEMPTS, OUTAGE_RETRY_DELAY, Indexer
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
@@ -94,7 +93,7 @@ class Clock:
 @pytest.fixture
 def parts(
     tmp_path: Path,
-) -> Iterator[tuple[Indexer, SqlTurnStore, FlakyIndex, Clock, SqlMemoryStore]]:
+) -> Iterator[tuple[Indexer, TurnOperations, FlakyIndex, Clock, SqlMemoryStore]]:
     engine = create_store_engine(sqlite_url(tmp_path))
     migrate.upgrade(engine)
     store = SqlMemoryStore(SqlDatabase(engine))

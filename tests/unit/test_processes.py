@@ -53,7 +53,7 @@ def test_a_fixed_port_already_served_is_refused() -> None:
 
 
 def _settings(**values: object) -> Settings:
-    return Settings(**values)  # type: ignore[arg-type]
+    return Settings(**values)
 
 
 def test_one_process_needs_no_shared_store() -> None:

@@ -32,7 +32,7 @@ TEXTS = st.one_of(
     st.text(alphabet=st.sampled_from(INTERESTING), max_size=12),
     st.text(
         alphabet=st.one_of(
-            st.sampled_from(INTERESTING), st.characters(blacklist_categories=("Cs",))
+            st.sampled_from(INTERESTING), st.characters(blacklist_categories=["Cs"])
         ),
         max_size=60,
     ),

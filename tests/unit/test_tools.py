@@ -14,11 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]  # no stubs here
 
 from memoria_client import SHAPES, load_tools
 from memoria_client.arguments import ArgumentError, parse_rewrite, parse_search
-from memoria_client.tool_files import dumps, load_source, render, strict_compatible, tools_dir
+from memoria_client.tool_files import (
+    Shape,
+    dumps,
+    load_source,
+    render,
+    strict_compatible,
+    tools_dir,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools"
@@ -52,7 +59,7 @@ def test_exactly_the_two_tools_and_no_delete() -> None:
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_rendered_file_is_fresh(shape: str) -> None:
+def test_rendered_file_is_fresh(shape: Shape) -> None:
     path = TOOLS / f"{shape}.json"
     assert path.read_text("utf-8") == dumps(render(shape, source())), (
         f"{path.name} is stale: run scripts/render-tools.py"
@@ -70,7 +77,7 @@ def test_render_script_check_passes_on_the_committed_files() -> None:
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_shapes_carry_the_same_names_descriptions_and_parameters(shape: str) -> None:
+def test_shapes_carry_the_same_names_descriptions_and_parameters(shape: Shape) -> None:
     rendered = [flat(shape, tool) for tool in load_tools(shape)]
     assert rendered == [(t["name"], t["description"], t["parameters"]) for t in source()]
 
@@ -98,7 +105,7 @@ def test_anthropic_shape() -> None:
 
 
 @pytest.mark.parametrize("shape", ["openai_chat_completions", "openai_responses"])
-def test_strict_is_claimed_only_where_openai_accepts_it(shape: str) -> None:
+def test_strict_is_claimed_only_where_openai_accepts_it(shape: Shape) -> None:
     # Strict mode requires every property in `required` and additionalProperties false.
     strict = {}
     for tool in load_tools(shape):
