@@ -88,7 +88,7 @@ def refusal(settings: Settings) -> str | None:
         f"--processes {settings.serve.processes} needs stores that several processes can share: "
         "PostgreSQL (--database-url) and a Qdrant server (--qdrant-url). These belong to one "
         "process: " + "; ".join(embedded) + ". Run one process (--processes 1), or move to "
-        "PostgreSQL and a Qdrant server (README: 'Running on a Qdrant server')."
+        "PostgreSQL and a Qdrant server (docs/operations.md: 'A Qdrant server or cluster')."
     )
 
 

@@ -233,6 +233,20 @@ def test_unknown_memoria_variables_are_reported_but_tooling_ones_are_not() -> No
     assert Settings.unknown_env(environ) == ["MEMORIA_LISTN"]
 
 
+def test_client_command_variables_are_not_reported_as_typos() -> None:
+    """A shell that runs `memoria export` or `memoria mcp` beside a server exports their
+    variables (memoria_client/connection.py): they are known, not typos of a setting."""
+    environ = {
+        "MEMORIA_SERVER": "127.0.0.1:50051",
+        "MEMORIA_TOKEN": "t",
+        "MEMORIA_TENANT": "acme",
+        "MEMORIA_PRINCIPAL": "ana",
+        "MEMORIA_MCP_TOKEN": "t",
+        "MEMORIA_SERVR": "127.0.0.1:50051",
+    }
+    assert Settings.unknown_env(environ) == ["MEMORIA_SERVR"]
+
+
 def test_embedded_page_token_key_survives_a_restart(tmp_path: Path) -> None:
     from server.runtime.builders.access import page_token_key
 

@@ -74,6 +74,13 @@ ENV_PREFIX = "MEMORIA_"
 _TOOLING_ENV_PREFIXES = ("MEMORIA_TEST_", "MEMORIA_PG_", "MEMORIA_REQUIRE_", "MEMORIA_BENCH_")
 """Variables of the test and benchmark tooling, not of the server."""
 
+_CLIENT_ENV = frozenset(
+    {"MEMORIA_SERVER", "MEMORIA_TOKEN", "MEMORIA_TENANT", "MEMORIA_PRINCIPAL", "MEMORIA_ADDR"}
+    | {f"MEMORIA_MCP_{name}" for name in ("TARGET", "TOKEN", "TENANT", "PRINCIPAL")}
+)
+"""Variables of the client commands (memoria export, import, mcp: memoria_client/connection.py),
+which a shell that runs both may well export: known, so not reported as typos."""
+
 
 class _FlatEnvironment(EnvSettingsSource):
     """Reads each setting from its flat variable (MEMORIA_QDRANT_URL, or an older alias),
@@ -196,6 +203,7 @@ class Settings(BaseSettings):
             for key in environ
             if key.startswith(ENV_PREFIX)
             and key not in known
+            and key not in _CLIENT_ENV
             and not key.startswith(_TOOLING_ENV_PREFIXES)
         )
 

@@ -249,7 +249,7 @@ class QdrantSettings(SettingsGroup):
     1 (6334 when the URL has none)"""
     prefer_grpc: bool = True
     """`false`: every call over REST to the URL's port (an HTTP-only proxy, no gRPC reachable)"""
-    # Used only when Memoria creates the collection (a cluster: README "Running on a Qdrant
+    # Used only when Memoria creates the collection (a cluster: docs/operations.md, "A Qdrant
     # server or cluster"); unset, the server's defaults (one shard per node, one replica).
     shard_number: int | None = Field(default=None, ge=1, le=1024)
     """shards of a collection Memoria creates, on a cluster; unset: the server's default"""
