@@ -127,8 +127,12 @@ type AuditEvent struct {
 	// The principal who made the call; differs from `principal_id` when a
 	// tenant administrator erased another principal's data.
 	ActorPrincipalId string `protobuf:"bytes,14,opt,name=actor_principal_id,json=actorPrincipalId,proto3" json:"actor_principal_id,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// For AUDIT_ACTION_BLOCK_REWRITTEN: the turn the write was made in, when the
+	// writer named one (RewriteMemoryBlockRequest.turn, or the turn of a
+	// ModelToolService.ExecuteToolCall). Unset otherwise.
+	Turn          *TurnReference `protobuf:"bytes,15,opt,name=turn,proto3" json:"turn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuditEvent) Reset() {
@@ -257,6 +261,13 @@ func (x *AuditEvent) GetActorPrincipalId() string {
 		return x.ActorPrincipalId
 	}
 	return ""
+}
+
+func (x *AuditEvent) GetTurn() *TurnReference {
+	if x != nil {
+		return x.Turn
+	}
+	return nil
 }
 
 // ListAuditEventsRequest selects a page of audit events.
@@ -414,7 +425,7 @@ var File_memoria_v1_audit_service_proto protoreflect.FileDescriptor
 const file_memoria_v1_audit_service_proto_rawDesc = "" +
 	"\n" +
 	"\x1ememoria/v1/audit_service.proto\x12\n" +
-	"memoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dmemoria/v1/memory_block.proto\"\xe5\x04\n" +
+	"memoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dmemoria/v1/memory_block.proto\"\x94\x05\n" +
 	"\n" +
 	"AuditEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12/\n" +
@@ -434,7 +445,8 @@ const file_memoria_v1_audit_service_proto_rawDesc = "" +
 	"\x0ememory_enabled\x18\v \x01(\bH\x00R\rmemoryEnabled\x88\x01\x01\x12'\n" +
 	"\x0fconversation_id\x18\f \x01(\tR\x0econversationId\x12,\n" +
 	"\x12deleted_turn_count\x18\r \x01(\x05R\x10deletedTurnCount\x12,\n" +
-	"\x12actor_principal_id\x18\x0e \x01(\tR\x10actorPrincipalIdB\x11\n" +
+	"\x12actor_principal_id\x18\x0e \x01(\tR\x10actorPrincipalId\x12-\n" +
+	"\x04turn\x18\x0f \x01(\v2\x19.memoria.v1.TurnReferenceR\x04turnB\x11\n" +
 	"\x0f_memory_enabled\"\x9c\x02\n" +
 	"\x16ListAuditEventsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -482,22 +494,24 @@ var file_memoria_v1_audit_service_proto_goTypes = []any{
 	(*ListAuditEventsResponse)(nil), // 3: memoria.v1.ListAuditEventsResponse
 	(Writer)(0),                     // 4: memoria.v1.Writer
 	(*timestamppb.Timestamp)(nil),   // 5: google.protobuf.Timestamp
+	(*TurnReference)(nil),           // 6: memoria.v1.TurnReference
 }
 var file_memoria_v1_audit_service_proto_depIdxs = []int32{
 	0, // 0: memoria.v1.AuditEvent.action:type_name -> memoria.v1.AuditAction
 	4, // 1: memoria.v1.AuditEvent.writer:type_name -> memoria.v1.Writer
 	5, // 2: memoria.v1.AuditEvent.create_time:type_name -> google.protobuf.Timestamp
-	0, // 3: memoria.v1.ListAuditEventsRequest.actions:type_name -> memoria.v1.AuditAction
-	5, // 4: memoria.v1.ListAuditEventsRequest.start_time:type_name -> google.protobuf.Timestamp
-	5, // 5: memoria.v1.ListAuditEventsRequest.end_time:type_name -> google.protobuf.Timestamp
-	1, // 6: memoria.v1.ListAuditEventsResponse.events:type_name -> memoria.v1.AuditEvent
-	2, // 7: memoria.v1.AuditService.ListAuditEvents:input_type -> memoria.v1.ListAuditEventsRequest
-	3, // 8: memoria.v1.AuditService.ListAuditEvents:output_type -> memoria.v1.ListAuditEventsResponse
-	8, // [8:9] is the sub-list for method output_type
-	7, // [7:8] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	6, // 3: memoria.v1.AuditEvent.turn:type_name -> memoria.v1.TurnReference
+	0, // 4: memoria.v1.ListAuditEventsRequest.actions:type_name -> memoria.v1.AuditAction
+	5, // 5: memoria.v1.ListAuditEventsRequest.start_time:type_name -> google.protobuf.Timestamp
+	5, // 6: memoria.v1.ListAuditEventsRequest.end_time:type_name -> google.protobuf.Timestamp
+	1, // 7: memoria.v1.ListAuditEventsResponse.events:type_name -> memoria.v1.AuditEvent
+	2, // 8: memoria.v1.AuditService.ListAuditEvents:input_type -> memoria.v1.ListAuditEventsRequest
+	3, // 9: memoria.v1.AuditService.ListAuditEvents:output_type -> memoria.v1.ListAuditEventsResponse
+	9, // [9:10] is the sub-list for method output_type
+	8, // [8:9] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_memoria_v1_audit_service_proto_init() }

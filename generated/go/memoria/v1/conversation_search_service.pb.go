@@ -796,9 +796,16 @@ type TurnInspection struct {
 	CurrentEtag string `protobuf:"bytes,4,opt,name=current_etag,json=currentEtag,proto3" json:"current_etag,omitempty"`
 	// True when the block has changed since the turn's last render: its etag
 	// differs from `current_etag`. False when nothing was rendered.
-	BlockChanged  bool `protobuf:"varint,5,opt,name=block_changed,json=blockChanged,proto3" json:"block_changed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BlockChanged bool `protobuf:"varint,5,opt,name=block_changed,json=blockChanged,proto3" json:"block_changed,omitempty"`
+	// Each memory block rewrite made in the turn (writes that named it), oldest
+	// first, read from the audit log: deleting the block blanks their lines
+	// there and here, and they are kept as long as the audit log keeps them.
+	Writes []*WriteRecord `protobuf:"bytes,6,rep,name=writes,proto3" json:"writes,omitempty"`
+	// How many memory writes made through ModelToolService.ExecuteToolCall for
+	// the turn failed (at most 3 are attempted per turn).
+	FailedWriteCount int32 `protobuf:"varint,7,opt,name=failed_write_count,json=failedWriteCount,proto3" json:"failed_write_count,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TurnInspection) Reset() {
@@ -866,6 +873,123 @@ func (x *TurnInspection) GetBlockChanged() bool {
 	return false
 }
 
+func (x *TurnInspection) GetWrites() []*WriteRecord {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+func (x *TurnInspection) GetFailedWriteCount() int32 {
+	if x != nil {
+		return x.FailedWriteCount
+	}
+	return 0
+}
+
+// WriteRecord is one rewrite of the memory block made in a turn, as its audit
+// event records it.
+type WriteRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who wrote (the model through a tool call, or the person).
+	Writer Writer `protobuf:"varint,1,opt,name=writer,proto3,enum=memoria.v1.Writer" json:"writer,omitempty"`
+	// When the write was committed.
+	WriteTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=write_time,json=writeTime,proto3" json:"write_time,omitempty"`
+	// The lines the write removed, each cut to at most 200 characters; empty
+	// once the block has been deleted (deleted content is not kept).
+	RemovedLines []string `protobuf:"bytes,3,rep,name=removed_lines,json=removedLines,proto3" json:"removed_lines,omitempty"`
+	// The lines the write added, each cut to at most 200 characters; emptied
+	// like `removed_lines`.
+	AddedLines []string `protobuf:"bytes,4,rep,name=added_lines,json=addedLines,proto3" json:"added_lines,omitempty"`
+	// Number of lines removed.
+	RemovedLineCount int32 `protobuf:"varint,5,opt,name=removed_line_count,json=removedLineCount,proto3" json:"removed_line_count,omitempty"`
+	// Number of lines added.
+	AddedLineCount int32 `protobuf:"varint,6,opt,name=added_line_count,json=addedLineCount,proto3" json:"added_line_count,omitempty"`
+	// Characters (code points) of the block after the write.
+	CharCount     int32 `protobuf:"varint,7,opt,name=char_count,json=charCount,proto3" json:"char_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteRecord) Reset() {
+	*x = WriteRecord{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteRecord) ProtoMessage() {}
+
+func (x *WriteRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteRecord.ProtoReflect.Descriptor instead.
+func (*WriteRecord) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *WriteRecord) GetWriter() Writer {
+	if x != nil {
+		return x.Writer
+	}
+	return Writer_WRITER_UNSPECIFIED
+}
+
+func (x *WriteRecord) GetWriteTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WriteTime
+	}
+	return nil
+}
+
+func (x *WriteRecord) GetRemovedLines() []string {
+	if x != nil {
+		return x.RemovedLines
+	}
+	return nil
+}
+
+func (x *WriteRecord) GetAddedLines() []string {
+	if x != nil {
+		return x.AddedLines
+	}
+	return nil
+}
+
+func (x *WriteRecord) GetRemovedLineCount() int32 {
+	if x != nil {
+		return x.RemovedLineCount
+	}
+	return 0
+}
+
+func (x *WriteRecord) GetAddedLineCount() int32 {
+	if x != nil {
+		return x.AddedLineCount
+	}
+	return 0
+}
+
+func (x *WriteRecord) GetCharCount() int32 {
+	if x != nil {
+		return x.CharCount
+	}
+	return 0
+}
+
 // RenderRecord is one render of the memory block made for a turn.
 type RenderRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -886,7 +1010,7 @@ type RenderRecord struct {
 
 func (x *RenderRecord) Reset() {
 	*x = RenderRecord{}
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[12]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1022,7 @@ func (x *RenderRecord) String() string {
 func (*RenderRecord) ProtoMessage() {}
 
 func (x *RenderRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[12]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1035,7 @@ func (x *RenderRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenderRecord.ProtoReflect.Descriptor instead.
 func (*RenderRecord) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{12}
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RenderRecord) GetEtag() string {
@@ -961,7 +1085,7 @@ type SearchRecord struct {
 
 func (x *SearchRecord) Reset() {
 	*x = SearchRecord{}
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[13]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1097,7 @@ func (x *SearchRecord) String() string {
 func (*SearchRecord) ProtoMessage() {}
 
 func (x *SearchRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[13]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1110,7 @@ func (x *SearchRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchRecord.ProtoReflect.Descriptor instead.
 func (*SearchRecord) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{13}
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SearchRecord) GetQuery() string {
@@ -1033,7 +1157,7 @@ type ExportPrincipalDataRequest struct {
 
 func (x *ExportPrincipalDataRequest) Reset() {
 	*x = ExportPrincipalDataRequest{}
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[14]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1169,7 @@ func (x *ExportPrincipalDataRequest) String() string {
 func (*ExportPrincipalDataRequest) ProtoMessage() {}
 
 func (x *ExportPrincipalDataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[14]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1182,7 @@ func (x *ExportPrincipalDataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPrincipalDataRequest.ProtoReflect.Descriptor instead.
 func (*ExportPrincipalDataRequest) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{14}
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExportPrincipalDataRequest) GetPageSize() int32 {
@@ -1089,7 +1213,7 @@ type ExportPrincipalDataResponse struct {
 
 func (x *ExportPrincipalDataResponse) Reset() {
 	*x = ExportPrincipalDataResponse{}
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[15]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1225,7 @@ func (x *ExportPrincipalDataResponse) String() string {
 func (*ExportPrincipalDataResponse) ProtoMessage() {}
 
 func (x *ExportPrincipalDataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[15]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1238,7 @@ func (x *ExportPrincipalDataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPrincipalDataResponse.ProtoReflect.Descriptor instead.
 func (*ExportPrincipalDataResponse) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{15}
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExportPrincipalDataResponse) GetRecords() []*ExportRecord {
@@ -1150,7 +1274,7 @@ type ExportRecord struct {
 
 func (x *ExportRecord) Reset() {
 	*x = ExportRecord{}
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[16]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1286,7 @@ func (x *ExportRecord) String() string {
 func (*ExportRecord) ProtoMessage() {}
 
 func (x *ExportRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[16]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1299,7 @@ func (x *ExportRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportRecord.ProtoReflect.Descriptor instead.
 func (*ExportRecord) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{16}
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExportRecord) GetRecord() isExportRecord_Record {
@@ -1292,7 +1416,7 @@ type ExportedTurn struct {
 
 func (x *ExportedTurn) Reset() {
 	*x = ExportedTurn{}
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[17]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1428,7 @@ func (x *ExportedTurn) String() string {
 func (*ExportedTurn) ProtoMessage() {}
 
 func (x *ExportedTurn) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[17]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1441,7 @@ func (x *ExportedTurn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportedTurn.ProtoReflect.Descriptor instead.
 func (*ExportedTurn) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{17}
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExportedTurn) GetConversationId() string {
@@ -1369,7 +1493,7 @@ type DeletedConversation struct {
 
 func (x *DeletedConversation) Reset() {
 	*x = DeletedConversation{}
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[18]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1505,7 @@ func (x *DeletedConversation) String() string {
 func (*DeletedConversation) ProtoMessage() {}
 
 func (x *DeletedConversation) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[18]
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1518,7 @@ func (x *DeletedConversation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletedConversation.ProtoReflect.Descriptor instead.
 func (*DeletedConversation) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{18}
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeletedConversation) GetConversationId() string {
@@ -1461,13 +1585,26 @@ const file_memoria_v1_conversation_search_service_proto_rawDesc = "" +
 	"\x19GetTurnInspectionResponse\x12:\n" +
 	"\n" +
 	"inspection\x18\x01 \x01(\v2\x1a.memoria.v1.TurnInspectionR\n" +
-	"inspection\"\xf1\x01\n" +
+	"inspection\"\xd0\x02\n" +
 	"\x0eTurnInspection\x12-\n" +
 	"\x04turn\x18\x01 \x01(\v2\x19.memoria.v1.TurnReferenceR\x04turn\x122\n" +
 	"\arenders\x18\x02 \x03(\v2\x18.memoria.v1.RenderRecordR\arenders\x124\n" +
 	"\bsearches\x18\x03 \x03(\v2\x18.memoria.v1.SearchRecordR\bsearches\x12!\n" +
 	"\fcurrent_etag\x18\x04 \x01(\tR\vcurrentEtag\x12#\n" +
-	"\rblock_changed\x18\x05 \x01(\bR\fblockChanged\"\xa3\x01\n" +
+	"\rblock_changed\x18\x05 \x01(\bR\fblockChanged\x12/\n" +
+	"\x06writes\x18\x06 \x03(\v2\x17.memoria.v1.WriteRecordR\x06writes\x12,\n" +
+	"\x12failed_write_count\x18\a \x01(\x05R\x10failedWriteCount\"\xb1\x02\n" +
+	"\vWriteRecord\x12*\n" +
+	"\x06writer\x18\x01 \x01(\x0e2\x12.memoria.v1.WriterR\x06writer\x129\n" +
+	"\n" +
+	"write_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\twriteTime\x12#\n" +
+	"\rremoved_lines\x18\x03 \x03(\tR\fremovedLines\x12\x1f\n" +
+	"\vadded_lines\x18\x04 \x03(\tR\n" +
+	"addedLines\x12,\n" +
+	"\x12removed_line_count\x18\x05 \x01(\x05R\x10removedLineCount\x12(\n" +
+	"\x10added_line_count\x18\x06 \x01(\x05R\x0eaddedLineCount\x12\x1d\n" +
+	"\n" +
+	"char_count\x18\a \x01(\x05R\tcharCount\"\xa3\x01\n" +
 	"\fRenderRecord\x12\x12\n" +
 	"\x04etag\x18\x01 \x01(\tR\x04etag\x12\x1d\n" +
 	"\n" +
@@ -1535,7 +1672,7 @@ func file_memoria_v1_conversation_search_service_proto_rawDescGZIP() []byte {
 }
 
 var file_memoria_v1_conversation_search_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_memoria_v1_conversation_search_service_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_memoria_v1_conversation_search_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_memoria_v1_conversation_search_service_proto_goTypes = []any{
 	(IndexTurnOutcome)(0),               // 0: memoria.v1.IndexTurnOutcome
 	(*IndexTurnRequest)(nil),            // 1: memoria.v1.IndexTurnRequest
@@ -1550,58 +1687,63 @@ var file_memoria_v1_conversation_search_service_proto_goTypes = []any{
 	(*GetTurnInspectionRequest)(nil),    // 10: memoria.v1.GetTurnInspectionRequest
 	(*GetTurnInspectionResponse)(nil),   // 11: memoria.v1.GetTurnInspectionResponse
 	(*TurnInspection)(nil),              // 12: memoria.v1.TurnInspection
-	(*RenderRecord)(nil),                // 13: memoria.v1.RenderRecord
-	(*SearchRecord)(nil),                // 14: memoria.v1.SearchRecord
-	(*ExportPrincipalDataRequest)(nil),  // 15: memoria.v1.ExportPrincipalDataRequest
-	(*ExportPrincipalDataResponse)(nil), // 16: memoria.v1.ExportPrincipalDataResponse
-	(*ExportRecord)(nil),                // 17: memoria.v1.ExportRecord
-	(*ExportedTurn)(nil),                // 18: memoria.v1.ExportedTurn
-	(*DeletedConversation)(nil),         // 19: memoria.v1.DeletedConversation
-	(*timestamppb.Timestamp)(nil),       // 20: google.protobuf.Timestamp
-	(*TurnReference)(nil),               // 21: memoria.v1.TurnReference
-	(*MemorySettings)(nil),              // 22: memoria.v1.MemorySettings
-	(*MemoryBlock)(nil),                 // 23: memoria.v1.MemoryBlock
-	(*AuditEvent)(nil),                  // 24: memoria.v1.AuditEvent
+	(*WriteRecord)(nil),                 // 13: memoria.v1.WriteRecord
+	(*RenderRecord)(nil),                // 14: memoria.v1.RenderRecord
+	(*SearchRecord)(nil),                // 15: memoria.v1.SearchRecord
+	(*ExportPrincipalDataRequest)(nil),  // 16: memoria.v1.ExportPrincipalDataRequest
+	(*ExportPrincipalDataResponse)(nil), // 17: memoria.v1.ExportPrincipalDataResponse
+	(*ExportRecord)(nil),                // 18: memoria.v1.ExportRecord
+	(*ExportedTurn)(nil),                // 19: memoria.v1.ExportedTurn
+	(*DeletedConversation)(nil),         // 20: memoria.v1.DeletedConversation
+	(*timestamppb.Timestamp)(nil),       // 21: google.protobuf.Timestamp
+	(*TurnReference)(nil),               // 22: memoria.v1.TurnReference
+	(Writer)(0),                         // 23: memoria.v1.Writer
+	(*MemorySettings)(nil),              // 24: memoria.v1.MemorySettings
+	(*MemoryBlock)(nil),                 // 25: memoria.v1.MemoryBlock
+	(*AuditEvent)(nil),                  // 26: memoria.v1.AuditEvent
 }
 var file_memoria_v1_conversation_search_service_proto_depIdxs = []int32{
-	20, // 0: memoria.v1.IndexTurnRequest.turn_time:type_name -> google.protobuf.Timestamp
+	21, // 0: memoria.v1.IndexTurnRequest.turn_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: memoria.v1.IndexTurnResponse.outcome:type_name -> memoria.v1.IndexTurnOutcome
-	21, // 2: memoria.v1.SearchConversationsRequest.turn:type_name -> memoria.v1.TurnReference
+	22, // 2: memoria.v1.SearchConversationsRequest.turn:type_name -> memoria.v1.TurnReference
 	5,  // 3: memoria.v1.SearchConversationsResponse.hits:type_name -> memoria.v1.SearchHit
-	20, // 4: memoria.v1.SearchHit.turn_time:type_name -> google.protobuf.Timestamp
-	21, // 5: memoria.v1.GetTurnInspectionRequest.turn:type_name -> memoria.v1.TurnReference
+	21, // 4: memoria.v1.SearchHit.turn_time:type_name -> google.protobuf.Timestamp
+	22, // 5: memoria.v1.GetTurnInspectionRequest.turn:type_name -> memoria.v1.TurnReference
 	12, // 6: memoria.v1.GetTurnInspectionResponse.inspection:type_name -> memoria.v1.TurnInspection
-	21, // 7: memoria.v1.TurnInspection.turn:type_name -> memoria.v1.TurnReference
-	13, // 8: memoria.v1.TurnInspection.renders:type_name -> memoria.v1.RenderRecord
-	14, // 9: memoria.v1.TurnInspection.searches:type_name -> memoria.v1.SearchRecord
-	20, // 10: memoria.v1.RenderRecord.render_time:type_name -> google.protobuf.Timestamp
-	20, // 11: memoria.v1.SearchRecord.search_time:type_name -> google.protobuf.Timestamp
-	5,  // 12: memoria.v1.SearchRecord.hits:type_name -> memoria.v1.SearchHit
-	17, // 13: memoria.v1.ExportPrincipalDataResponse.records:type_name -> memoria.v1.ExportRecord
-	22, // 14: memoria.v1.ExportRecord.settings:type_name -> memoria.v1.MemorySettings
-	23, // 15: memoria.v1.ExportRecord.memory_block:type_name -> memoria.v1.MemoryBlock
-	24, // 16: memoria.v1.ExportRecord.audit_event:type_name -> memoria.v1.AuditEvent
-	18, // 17: memoria.v1.ExportRecord.turn:type_name -> memoria.v1.ExportedTurn
-	19, // 18: memoria.v1.ExportRecord.deleted_conversation:type_name -> memoria.v1.DeletedConversation
-	20, // 19: memoria.v1.ExportedTurn.turn_time:type_name -> google.protobuf.Timestamp
-	20, // 20: memoria.v1.DeletedConversation.delete_time:type_name -> google.protobuf.Timestamp
-	1,  // 21: memoria.v1.ConversationSearchService.IndexTurn:input_type -> memoria.v1.IndexTurnRequest
-	3,  // 22: memoria.v1.ConversationSearchService.SearchConversations:input_type -> memoria.v1.SearchConversationsRequest
-	6,  // 23: memoria.v1.ConversationSearchService.DeleteConversation:input_type -> memoria.v1.DeleteConversationRequest
-	8,  // 24: memoria.v1.ConversationSearchService.ErasePrincipalData:input_type -> memoria.v1.ErasePrincipalDataRequest
-	10, // 25: memoria.v1.ConversationSearchService.GetTurnInspection:input_type -> memoria.v1.GetTurnInspectionRequest
-	15, // 26: memoria.v1.ConversationSearchService.ExportPrincipalData:input_type -> memoria.v1.ExportPrincipalDataRequest
-	2,  // 27: memoria.v1.ConversationSearchService.IndexTurn:output_type -> memoria.v1.IndexTurnResponse
-	4,  // 28: memoria.v1.ConversationSearchService.SearchConversations:output_type -> memoria.v1.SearchConversationsResponse
-	7,  // 29: memoria.v1.ConversationSearchService.DeleteConversation:output_type -> memoria.v1.DeleteConversationResponse
-	9,  // 30: memoria.v1.ConversationSearchService.ErasePrincipalData:output_type -> memoria.v1.ErasePrincipalDataResponse
-	11, // 31: memoria.v1.ConversationSearchService.GetTurnInspection:output_type -> memoria.v1.GetTurnInspectionResponse
-	16, // 32: memoria.v1.ConversationSearchService.ExportPrincipalData:output_type -> memoria.v1.ExportPrincipalDataResponse
-	27, // [27:33] is the sub-list for method output_type
-	21, // [21:27] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	22, // 7: memoria.v1.TurnInspection.turn:type_name -> memoria.v1.TurnReference
+	14, // 8: memoria.v1.TurnInspection.renders:type_name -> memoria.v1.RenderRecord
+	15, // 9: memoria.v1.TurnInspection.searches:type_name -> memoria.v1.SearchRecord
+	13, // 10: memoria.v1.TurnInspection.writes:type_name -> memoria.v1.WriteRecord
+	23, // 11: memoria.v1.WriteRecord.writer:type_name -> memoria.v1.Writer
+	21, // 12: memoria.v1.WriteRecord.write_time:type_name -> google.protobuf.Timestamp
+	21, // 13: memoria.v1.RenderRecord.render_time:type_name -> google.protobuf.Timestamp
+	21, // 14: memoria.v1.SearchRecord.search_time:type_name -> google.protobuf.Timestamp
+	5,  // 15: memoria.v1.SearchRecord.hits:type_name -> memoria.v1.SearchHit
+	18, // 16: memoria.v1.ExportPrincipalDataResponse.records:type_name -> memoria.v1.ExportRecord
+	24, // 17: memoria.v1.ExportRecord.settings:type_name -> memoria.v1.MemorySettings
+	25, // 18: memoria.v1.ExportRecord.memory_block:type_name -> memoria.v1.MemoryBlock
+	26, // 19: memoria.v1.ExportRecord.audit_event:type_name -> memoria.v1.AuditEvent
+	19, // 20: memoria.v1.ExportRecord.turn:type_name -> memoria.v1.ExportedTurn
+	20, // 21: memoria.v1.ExportRecord.deleted_conversation:type_name -> memoria.v1.DeletedConversation
+	21, // 22: memoria.v1.ExportedTurn.turn_time:type_name -> google.protobuf.Timestamp
+	21, // 23: memoria.v1.DeletedConversation.delete_time:type_name -> google.protobuf.Timestamp
+	1,  // 24: memoria.v1.ConversationSearchService.IndexTurn:input_type -> memoria.v1.IndexTurnRequest
+	3,  // 25: memoria.v1.ConversationSearchService.SearchConversations:input_type -> memoria.v1.SearchConversationsRequest
+	6,  // 26: memoria.v1.ConversationSearchService.DeleteConversation:input_type -> memoria.v1.DeleteConversationRequest
+	8,  // 27: memoria.v1.ConversationSearchService.ErasePrincipalData:input_type -> memoria.v1.ErasePrincipalDataRequest
+	10, // 28: memoria.v1.ConversationSearchService.GetTurnInspection:input_type -> memoria.v1.GetTurnInspectionRequest
+	16, // 29: memoria.v1.ConversationSearchService.ExportPrincipalData:input_type -> memoria.v1.ExportPrincipalDataRequest
+	2,  // 30: memoria.v1.ConversationSearchService.IndexTurn:output_type -> memoria.v1.IndexTurnResponse
+	4,  // 31: memoria.v1.ConversationSearchService.SearchConversations:output_type -> memoria.v1.SearchConversationsResponse
+	7,  // 32: memoria.v1.ConversationSearchService.DeleteConversation:output_type -> memoria.v1.DeleteConversationResponse
+	9,  // 33: memoria.v1.ConversationSearchService.ErasePrincipalData:output_type -> memoria.v1.ErasePrincipalDataResponse
+	11, // 34: memoria.v1.ConversationSearchService.GetTurnInspection:output_type -> memoria.v1.GetTurnInspectionResponse
+	17, // 35: memoria.v1.ConversationSearchService.ExportPrincipalData:output_type -> memoria.v1.ExportPrincipalDataResponse
+	30, // [30:36] is the sub-list for method output_type
+	24, // [24:30] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_memoria_v1_conversation_search_service_proto_init() }
@@ -1611,7 +1753,7 @@ func file_memoria_v1_conversation_search_service_proto_init() {
 	}
 	file_memoria_v1_audit_service_proto_init()
 	file_memoria_v1_memory_block_proto_init()
-	file_memoria_v1_conversation_search_service_proto_msgTypes[16].OneofWrappers = []any{
+	file_memoria_v1_conversation_search_service_proto_msgTypes[17].OneofWrappers = []any{
 		(*ExportRecord_Settings)(nil),
 		(*ExportRecord_MemoryBlock)(nil),
 		(*ExportRecord_AuditEvent)(nil),
@@ -1624,7 +1766,7 @@ func file_memoria_v1_conversation_search_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_memoria_v1_conversation_search_service_proto_rawDesc), len(file_memoria_v1_conversation_search_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

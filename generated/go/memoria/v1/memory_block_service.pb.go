@@ -252,7 +252,13 @@ type RewriteMemoryBlockRequest struct {
 	// model's path). Set to "": the write succeeds only if the caller has no
 	// block (the etag an empty block reads with). Any other value must equal the
 	// stored block's etag, else ABORTED with ERROR_REASON_ETAG_MISMATCH.
-	Etag          *string `protobuf:"bytes,3,opt,name=etag,proto3,oneof" json:"etag,omitempty"`
+	Etag *string `protobuf:"bytes,3,opt,name=etag,proto3,oneof" json:"etag,omitempty"`
+	// Optional: the turn this write is made in (the model's writes, from a
+	// tool call). When set, the audit event of the write records the turn, so
+	// ConversationSearchService.GetTurnInspection shows what the turn wrote.
+	// Unset: the event names no turn (a settings screen's writes). Invalid ids
+	// fail with INVALID_ARGUMENT (`turn.conversation_id`, `turn.turn_id`).
+	Turn          *TurnReference `protobuf:"bytes,4,opt,name=turn,proto3" json:"turn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -306,6 +312,13 @@ func (x *RewriteMemoryBlockRequest) GetEtag() string {
 		return *x.Etag
 	}
 	return ""
+}
+
+func (x *RewriteMemoryBlockRequest) GetTurn() *TurnReference {
+	if x != nil {
+		return x.Turn
+	}
+	return nil
 }
 
 // RewriteMemoryBlockResponse reports the saved block and the line diff.
@@ -695,11 +708,12 @@ const file_memoria_v1_memory_block_service_proto_rawDesc = "" +
 	"\n" +
 	"char_count\x18\x03 \x01(\x05R\tcharCount\x12\x1d\n" +
 	"\n" +
-	"char_limit\x18\x04 \x01(\x05R\tcharLimit\"}\n" +
+	"char_limit\x18\x04 \x01(\x05R\tcharLimit\"\xac\x01\n" +
 	"\x19RewriteMemoryBlockRequest\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12*\n" +
 	"\x06writer\x18\x02 \x01(\x0e2\x12.memoria.v1.WriterR\x06writer\x12\x17\n" +
-	"\x04etag\x18\x03 \x01(\tH\x00R\x04etag\x88\x01\x01B\a\n" +
+	"\x04etag\x18\x03 \x01(\tH\x00R\x04etag\x88\x01\x01\x12-\n" +
+	"\x04turn\x18\x04 \x01(\v2\x19.memoria.v1.TurnReferenceR\x04turnB\a\n" +
 	"\x05_etag\"\xb8\x01\n" +
 	"\x1aRewriteMemoryBlockResponse\x12:\n" +
 	"\fmemory_block\x18\x01 \x01(\v2\x17.memoria.v1.MemoryBlockR\vmemoryBlock\x12#\n" +
@@ -769,28 +783,29 @@ var file_memoria_v1_memory_block_service_proto_depIdxs = []int32{
 	12, // 0: memoria.v1.GetMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
 	13, // 1: memoria.v1.RenderMemoryBlockRequest.turn:type_name -> memoria.v1.TurnReference
 	14, // 2: memoria.v1.RewriteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
-	12, // 3: memoria.v1.RewriteMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
-	14, // 4: memoria.v1.DeleteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
-	15, // 5: memoria.v1.GetMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
-	14, // 6: memoria.v1.UpdateMemorySettingsRequest.writer:type_name -> memoria.v1.Writer
-	15, // 7: memoria.v1.UpdateMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
-	0,  // 8: memoria.v1.MemoryBlockService.GetMemoryBlock:input_type -> memoria.v1.GetMemoryBlockRequest
-	2,  // 9: memoria.v1.MemoryBlockService.RenderMemoryBlock:input_type -> memoria.v1.RenderMemoryBlockRequest
-	4,  // 10: memoria.v1.MemoryBlockService.RewriteMemoryBlock:input_type -> memoria.v1.RewriteMemoryBlockRequest
-	6,  // 11: memoria.v1.MemoryBlockService.DeleteMemoryBlock:input_type -> memoria.v1.DeleteMemoryBlockRequest
-	8,  // 12: memoria.v1.MemoryBlockService.GetMemorySettings:input_type -> memoria.v1.GetMemorySettingsRequest
-	10, // 13: memoria.v1.MemoryBlockService.UpdateMemorySettings:input_type -> memoria.v1.UpdateMemorySettingsRequest
-	1,  // 14: memoria.v1.MemoryBlockService.GetMemoryBlock:output_type -> memoria.v1.GetMemoryBlockResponse
-	3,  // 15: memoria.v1.MemoryBlockService.RenderMemoryBlock:output_type -> memoria.v1.RenderMemoryBlockResponse
-	5,  // 16: memoria.v1.MemoryBlockService.RewriteMemoryBlock:output_type -> memoria.v1.RewriteMemoryBlockResponse
-	7,  // 17: memoria.v1.MemoryBlockService.DeleteMemoryBlock:output_type -> memoria.v1.DeleteMemoryBlockResponse
-	9,  // 18: memoria.v1.MemoryBlockService.GetMemorySettings:output_type -> memoria.v1.GetMemorySettingsResponse
-	11, // 19: memoria.v1.MemoryBlockService.UpdateMemorySettings:output_type -> memoria.v1.UpdateMemorySettingsResponse
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	13, // 3: memoria.v1.RewriteMemoryBlockRequest.turn:type_name -> memoria.v1.TurnReference
+	12, // 4: memoria.v1.RewriteMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
+	14, // 5: memoria.v1.DeleteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
+	15, // 6: memoria.v1.GetMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
+	14, // 7: memoria.v1.UpdateMemorySettingsRequest.writer:type_name -> memoria.v1.Writer
+	15, // 8: memoria.v1.UpdateMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
+	0,  // 9: memoria.v1.MemoryBlockService.GetMemoryBlock:input_type -> memoria.v1.GetMemoryBlockRequest
+	2,  // 10: memoria.v1.MemoryBlockService.RenderMemoryBlock:input_type -> memoria.v1.RenderMemoryBlockRequest
+	4,  // 11: memoria.v1.MemoryBlockService.RewriteMemoryBlock:input_type -> memoria.v1.RewriteMemoryBlockRequest
+	6,  // 12: memoria.v1.MemoryBlockService.DeleteMemoryBlock:input_type -> memoria.v1.DeleteMemoryBlockRequest
+	8,  // 13: memoria.v1.MemoryBlockService.GetMemorySettings:input_type -> memoria.v1.GetMemorySettingsRequest
+	10, // 14: memoria.v1.MemoryBlockService.UpdateMemorySettings:input_type -> memoria.v1.UpdateMemorySettingsRequest
+	1,  // 15: memoria.v1.MemoryBlockService.GetMemoryBlock:output_type -> memoria.v1.GetMemoryBlockResponse
+	3,  // 16: memoria.v1.MemoryBlockService.RenderMemoryBlock:output_type -> memoria.v1.RenderMemoryBlockResponse
+	5,  // 17: memoria.v1.MemoryBlockService.RewriteMemoryBlock:output_type -> memoria.v1.RewriteMemoryBlockResponse
+	7,  // 18: memoria.v1.MemoryBlockService.DeleteMemoryBlock:output_type -> memoria.v1.DeleteMemoryBlockResponse
+	9,  // 19: memoria.v1.MemoryBlockService.GetMemorySettings:output_type -> memoria.v1.GetMemorySettingsResponse
+	11, // 20: memoria.v1.MemoryBlockService.UpdateMemorySettings:output_type -> memoria.v1.UpdateMemorySettingsResponse
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_memoria_v1_memory_block_service_proto_init() }

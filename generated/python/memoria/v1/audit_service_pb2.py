@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from memoria.v1 import memory_block_pb2 as memoria_dot_v1_dot_memory__block__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ememoria/v1/audit_service.proto\x12\nmemoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dmemoria/v1/memory_block.proto\"\xa9\x03\n\nAuditEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\'\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x17.memoria.v1.AuditAction\x12\"\n\x06writer\x18\x03 \x01(\x0e\x32\x12.memoria.v1.Writer\x12\x14\n\x0cprincipal_id\x18\x04 \x01(\t\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rremoved_lines\x18\x06 \x03(\t\x12\x13\n\x0b\x61\x64\x64\x65\x64_lines\x18\x07 \x03(\t\x12\x1a\n\x12removed_line_count\x18\x08 \x01(\x05\x12\x18\n\x10\x61\x64\x64\x65\x64_line_count\x18\t \x01(\x05\x12\x12\n\nchar_count\x18\n \x01(\x05\x12\x1b\n\x0ememory_enabled\x18\x0b \x01(\x08H\x00\x88\x01\x01\x12\x17\n\x0f\x63onversation_id\x18\x0c \x01(\t\x12\x1a\n\x12\x64\x65leted_turn_count\x18\r \x01(\x05\x12\x1a\n\x12\x61\x63tor_principal_id\x18\x0e \x01(\tB\x11\n\x0f_memory_enabled\"\xdd\x01\n\x16ListAuditEventsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x14\n\x0cprincipal_id\x18\x03 \x01(\t\x12(\n\x07\x61\x63tions\x18\x04 \x03(\x0e\x32\x17.memoria.v1.AuditAction\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Z\n\x17ListAuditEventsResponse\x12&\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x16.memoria.v1.AuditEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xdf\x01\n\x0b\x41uditAction\x12\x1c\n\x18\x41UDIT_ACTION_UNSPECIFIED\x10\x00\x12 \n\x1c\x41UDIT_ACTION_BLOCK_REWRITTEN\x10\x01\x12\x1e\n\x1a\x41UDIT_ACTION_BLOCK_DELETED\x10\x02\x12!\n\x1d\x41UDIT_ACTION_SETTINGS_UPDATED\x10\x03\x12%\n!AUDIT_ACTION_CONVERSATION_DELETED\x10\x04\x12&\n\"AUDIT_ACTION_PRINCIPAL_DATA_ERASED\x10\x05\x32o\n\x0c\x41uditService\x12_\n\x0fListAuditEvents\x12\".memoria.v1.ListAuditEventsRequest\x1a#.memoria.v1.ListAuditEventsResponse\"\x03\x90\x02\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ememoria/v1/audit_service.proto\x12\nmemoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dmemoria/v1/memory_block.proto\"\xd2\x03\n\nAuditEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\'\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x17.memoria.v1.AuditAction\x12\"\n\x06writer\x18\x03 \x01(\x0e\x32\x12.memoria.v1.Writer\x12\x14\n\x0cprincipal_id\x18\x04 \x01(\t\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rremoved_lines\x18\x06 \x03(\t\x12\x13\n\x0b\x61\x64\x64\x65\x64_lines\x18\x07 \x03(\t\x12\x1a\n\x12removed_line_count\x18\x08 \x01(\x05\x12\x18\n\x10\x61\x64\x64\x65\x64_line_count\x18\t \x01(\x05\x12\x12\n\nchar_count\x18\n \x01(\x05\x12\x1b\n\x0ememory_enabled\x18\x0b \x01(\x08H\x00\x88\x01\x01\x12\x17\n\x0f\x63onversation_id\x18\x0c \x01(\t\x12\x1a\n\x12\x64\x65leted_turn_count\x18\r \x01(\x05\x12\x1a\n\x12\x61\x63tor_principal_id\x18\x0e \x01(\t\x12\'\n\x04turn\x18\x0f \x01(\x0b\x32\x19.memoria.v1.TurnReferenceB\x11\n\x0f_memory_enabled\"\xdd\x01\n\x16ListAuditEventsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x14\n\x0cprincipal_id\x18\x03 \x01(\t\x12(\n\x07\x61\x63tions\x18\x04 \x03(\x0e\x32\x17.memoria.v1.AuditAction\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Z\n\x17ListAuditEventsResponse\x12&\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x16.memoria.v1.AuditEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xdf\x01\n\x0b\x41uditAction\x12\x1c\n\x18\x41UDIT_ACTION_UNSPECIFIED\x10\x00\x12 \n\x1c\x41UDIT_ACTION_BLOCK_REWRITTEN\x10\x01\x12\x1e\n\x1a\x41UDIT_ACTION_BLOCK_DELETED\x10\x02\x12!\n\x1d\x41UDIT_ACTION_SETTINGS_UPDATED\x10\x03\x12%\n!AUDIT_ACTION_CONVERSATION_DELETED\x10\x04\x12&\n\"AUDIT_ACTION_PRINCIPAL_DATA_ERASED\x10\x05\x32o\n\x0c\x41uditService\x12_\n\x0fListAuditEvents\x12\".memoria.v1.ListAuditEventsRequest\x1a#.memoria.v1.ListAuditEventsResponse\"\x03\x90\x02\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,14 +35,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_AUDITSERVICE'].methods_by_name['ListAuditEvents']._loaded_options = None
   _globals['_AUDITSERVICE'].methods_by_name['ListAuditEvents']._serialized_options = b'\220\002\001'
-  _globals['_AUDITACTION']._serialized_start=855
-  _globals['_AUDITACTION']._serialized_end=1078
+  _globals['_AUDITACTION']._serialized_start=896
+  _globals['_AUDITACTION']._serialized_end=1119
   _globals['_AUDITEVENT']._serialized_start=111
-  _globals['_AUDITEVENT']._serialized_end=536
-  _globals['_LISTAUDITEVENTSREQUEST']._serialized_start=539
-  _globals['_LISTAUDITEVENTSREQUEST']._serialized_end=760
-  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_start=762
-  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_end=852
-  _globals['_AUDITSERVICE']._serialized_start=1080
-  _globals['_AUDITSERVICE']._serialized_end=1191
+  _globals['_AUDITEVENT']._serialized_end=577
+  _globals['_LISTAUDITEVENTSREQUEST']._serialized_start=580
+  _globals['_LISTAUDITEVENTSREQUEST']._serialized_end=801
+  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_start=803
+  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_end=893
+  _globals['_AUDITSERVICE']._serialized_start=1121
+  _globals['_AUDITSERVICE']._serialized_end=1232
 # @@protoc_insertion_point(module_scope)

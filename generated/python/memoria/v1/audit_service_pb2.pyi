@@ -85,6 +85,7 @@ class AuditEvent(_message.Message):
     CONVERSATION_ID_FIELD_NUMBER: _builtins.int
     DELETED_TURN_COUNT_FIELD_NUMBER: _builtins.int
     ACTOR_PRINCIPAL_ID_FIELD_NUMBER: _builtins.int
+    TURN_FIELD_NUMBER: _builtins.int
     event_id: _builtins.str
     """Opaque, unique id of the event within its tenant."""
     action: Global___AuditAction.ValueType
@@ -131,6 +132,13 @@ class AuditEvent(_message.Message):
         Emptied like `removed_lines` when the block is deleted.
         """
 
+    @_builtins.property
+    def turn(self) -> _memory_block_pb2.TurnReference:
+        """For AUDIT_ACTION_BLOCK_REWRITTEN: the turn the write was made in, when the
+        writer named one (RewriteMemoryBlockRequest.turn, or the turn of a
+        ModelToolService.ExecuteToolCall). Unset otherwise.
+        """
+
     def __init__(
         self,
         *,
@@ -148,10 +156,11 @@ class AuditEvent(_message.Message):
         conversation_id: _builtins.str = ...,
         deleted_turn_count: _builtins.int = ...,
         actor_principal_id: _builtins.str = ...,
+        turn: _memory_block_pb2.TurnReference | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_memory_enabled", b"_memory_enabled", "create_time", b"create_time", "memory_enabled", b"memory_enabled"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_memory_enabled", b"_memory_enabled", "create_time", b"create_time", "memory_enabled", b"memory_enabled", "turn", b"turn"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_memory_enabled", b"_memory_enabled", "action", b"action", "actor_principal_id", b"actor_principal_id", "added_line_count", b"added_line_count", "added_lines", b"added_lines", "char_count", b"char_count", "conversation_id", b"conversation_id", "create_time", b"create_time", "deleted_turn_count", b"deleted_turn_count", "event_id", b"event_id", "memory_enabled", b"memory_enabled", "principal_id", b"principal_id", "removed_line_count", b"removed_line_count", "removed_lines", b"removed_lines", "writer", b"writer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_memory_enabled", b"_memory_enabled", "action", b"action", "actor_principal_id", b"actor_principal_id", "added_line_count", b"added_line_count", "added_lines", b"added_lines", "char_count", b"char_count", "conversation_id", b"conversation_id", "create_time", b"create_time", "deleted_turn_count", b"deleted_turn_count", "event_id", b"event_id", "memory_enabled", b"memory_enabled", "principal_id", b"principal_id", "removed_line_count", b"removed_line_count", "removed_lines", b"removed_lines", "turn", b"turn", "writer", b"writer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__memory_enabled: _TypeAlias = _typing.Literal["memory_enabled"]  # noqa: Y015
     _WhichOneofArgType__memory_enabled: _TypeAlias = _typing.Literal["_memory_enabled", b"_memory_enabled"]  # noqa: Y015

@@ -434,11 +434,17 @@ class TurnInspection(_message.Message):
     SEARCHES_FIELD_NUMBER: _builtins.int
     CURRENT_ETAG_FIELD_NUMBER: _builtins.int
     BLOCK_CHANGED_FIELD_NUMBER: _builtins.int
+    WRITES_FIELD_NUMBER: _builtins.int
+    FAILED_WRITE_COUNT_FIELD_NUMBER: _builtins.int
     current_etag: _builtins.str
     """The etag of the caller's block now; empty when the caller has no block."""
     block_changed: _builtins.bool
     """True when the block has changed since the turn's last render: its etag
     differs from `current_etag`. False when nothing was rendered.
+    """
+    failed_write_count: _builtins.int
+    """How many memory writes made through ModelToolService.ExecuteToolCall for
+    the turn failed (at most 3 are attempted per turn).
     """
     @_builtins.property
     def turn(self) -> _memory_block_pb2.TurnReference:
@@ -452,6 +458,13 @@ class TurnInspection(_message.Message):
     def searches(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchRecord]:
         """Each search made for the turn, oldest first."""
 
+    @_builtins.property
+    def writes(self) -> _containers.RepeatedCompositeFieldContainer[Global___WriteRecord]:
+        """Each memory block rewrite made in the turn (writes that named it), oldest
+        first, read from the audit log: deleting the block blanks their lines
+        there and here, and they are kept as long as the audit log keeps them.
+        """
+
     def __init__(
         self,
         *,
@@ -460,14 +473,74 @@ class TurnInspection(_message.Message):
         searches: _abc.Iterable[Global___SearchRecord] | None = ...,
         current_etag: _builtins.str = ...,
         block_changed: _builtins.bool = ...,
+        writes: _abc.Iterable[Global___WriteRecord] | None = ...,
+        failed_write_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["turn", b"turn"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_changed", b"block_changed", "current_etag", b"current_etag", "renders", b"renders", "searches", b"searches", "turn", b"turn"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_changed", b"block_changed", "current_etag", b"current_etag", "failed_write_count", b"failed_write_count", "renders", b"renders", "searches", b"searches", "turn", b"turn", "writes", b"writes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TurnInspection: _TypeAlias = TurnInspection  # noqa: Y015
+
+@_typing.final
+class WriteRecord(_message.Message):
+    """WriteRecord is one rewrite of the memory block made in a turn, as its audit
+    event records it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WRITER_FIELD_NUMBER: _builtins.int
+    WRITE_TIME_FIELD_NUMBER: _builtins.int
+    REMOVED_LINES_FIELD_NUMBER: _builtins.int
+    ADDED_LINES_FIELD_NUMBER: _builtins.int
+    REMOVED_LINE_COUNT_FIELD_NUMBER: _builtins.int
+    ADDED_LINE_COUNT_FIELD_NUMBER: _builtins.int
+    CHAR_COUNT_FIELD_NUMBER: _builtins.int
+    writer: _memory_block_pb2.Writer.ValueType
+    """Who wrote (the model through a tool call, or the person)."""
+    removed_line_count: _builtins.int
+    """Number of lines removed."""
+    added_line_count: _builtins.int
+    """Number of lines added."""
+    char_count: _builtins.int
+    """Characters (code points) of the block after the write."""
+    @_builtins.property
+    def write_time(self) -> _timestamp_pb2.Timestamp:
+        """When the write was committed."""
+
+    @_builtins.property
+    def removed_lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The lines the write removed, each cut to at most 200 characters; empty
+        once the block has been deleted (deleted content is not kept).
+        """
+
+    @_builtins.property
+    def added_lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The lines the write added, each cut to at most 200 characters; emptied
+        like `removed_lines`.
+        """
+
+    def __init__(
+        self,
+        *,
+        writer: _memory_block_pb2.Writer.ValueType = ...,
+        write_time: _timestamp_pb2.Timestamp | None = ...,
+        removed_lines: _abc.Iterable[_builtins.str] | None = ...,
+        added_lines: _abc.Iterable[_builtins.str] | None = ...,
+        removed_line_count: _builtins.int = ...,
+        added_line_count: _builtins.int = ...,
+        char_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["write_time", b"write_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_line_count", b"added_line_count", "added_lines", b"added_lines", "char_count", b"char_count", "removed_line_count", b"removed_line_count", "removed_lines", b"removed_lines", "write_time", b"write_time", "writer", b"writer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteRecord: _TypeAlias = WriteRecord  # noqa: Y015
 
 @_typing.final
 class RenderRecord(_message.Message):

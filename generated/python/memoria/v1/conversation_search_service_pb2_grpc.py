@@ -140,7 +140,8 @@ class ConversationSearchServiceServicer:
         """GetTurnInspection returns what one of the caller's turns saw: each memory
         block version rendered for it and each search made for it (the calls that
         carried this turn in their `turn` field), and whether the block has
-        changed since. A turn with no record gets an empty inspection, not an
+        changed since; and what it wrote: each rewrite that named the turn, from
+        the audit log. A turn with no record gets an empty inspection, not an
         error. Records are kept for a configurable time (30 days by default) and
         removed with the conversation and with erasure; search hits in
         conversations deleted since are left out, and hit text is read from the

@@ -144,6 +144,7 @@ class RewriteMemoryBlockRequest(_message.Message):
     TEXT_FIELD_NUMBER: _builtins.int
     WRITER_FIELD_NUMBER: _builtins.int
     ETAG_FIELD_NUMBER: _builtins.int
+    TURN_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """The entire block the writer wants to end up with (not a patch). It is
     sanitized and stripped before counting; it must then be non-empty and at
@@ -160,16 +161,26 @@ class RewriteMemoryBlockRequest(_message.Message):
     block (the etag an empty block reads with). Any other value must equal the
     stored block's etag, else ABORTED with ERROR_REASON_ETAG_MISMATCH.
     """
+    @_builtins.property
+    def turn(self) -> _memory_block_pb2.TurnReference:
+        """Optional: the turn this write is made in (the model's writes, from a
+        tool call). When set, the audit event of the write records the turn, so
+        ConversationSearchService.GetTurnInspection shows what the turn wrote.
+        Unset: the event names no turn (a settings screen's writes). Invalid ids
+        fail with INVALID_ARGUMENT (`turn.conversation_id`, `turn.turn_id`).
+        """
+
     def __init__(
         self,
         *,
         text: _builtins.str = ...,
         writer: _memory_block_pb2.Writer.ValueType = ...,
         etag: _builtins.str | None = ...,
+        turn: _memory_block_pb2.TurnReference | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_etag", b"_etag", "etag", b"etag"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_etag", b"_etag", "etag", b"etag", "turn", b"turn"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_etag", b"_etag", "etag", b"etag", "text", b"text", "writer", b"writer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_etag", b"_etag", "etag", b"etag", "text", b"text", "turn", b"turn", "writer", b"writer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__etag: _TypeAlias = _typing.Literal["etag"]  # noqa: Y015
     _WhichOneofArgType__etag: _TypeAlias = _typing.Literal["_etag", b"_etag"]  # noqa: Y015

@@ -8,7 +8,7 @@ import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { AuditEvent } from "./audit_service_pb.js";
 import { file_memoria_v1_audit_service } from "./audit_service_pb.js";
-import type { MemoryBlock, MemorySettings, TurnReference } from "./memory_block_pb.js";
+import type { MemoryBlock, MemorySettings, TurnReference, Writer } from "./memory_block_pb.js";
 import { file_memoria_v1_memory_block } from "./memory_block_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file memoria/v1/conversation_search_service.proto.
  */
 export const file_memoria_v1_conversation_search_service: GenFile = /*@__PURE__*/
-  fileDesc("CixtZW1vcmlhL3YxL2NvbnZlcnNhdGlvbl9zZWFyY2hfc2VydmljZS5wcm90bxIKbWVtb3JpYS52MSKbAQoQSW5kZXhUdXJuUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRIQCghxdWVzdGlvbhgDIAEoCRIOCgZhbnN3ZXIYBCABKAkSLQoJdHVybl90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR3YWl0GAYgASgIIoYBChFJbmRleFR1cm5SZXNwb25zZRItCgdvdXRjb21lGAEgASgOMhwubWVtb3JpYS52MS5JbmRleFR1cm5PdXRjb21lEhMKC2NodW5rX2NvdW50GAIgASgFEhEKCXRydW5jYXRlZBgDIAEoCBIaChJpbmRleGVkX2NoYXJfY291bnQYBCABKAUiZwoaU2VhcmNoQ29udmVyc2F0aW9uc1JlcXVlc3QSDQoFcXVlcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEicKBHR1cm4YAyABKAsyGS5tZW1vcmlhLnYxLlR1cm5SZWZlcmVuY2UiQgobU2VhcmNoQ29udmVyc2F0aW9uc1Jlc3BvbnNlEiMKBGhpdHMYASADKAsyFS5tZW1vcmlhLnYxLlNlYXJjaEhpdCLDAQoJU2VhcmNoSGl0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEhMKC2NodW5rX2luZGV4GAMgASgFEgwKBHRleHQYBCABKAkSLQoJdHVybl90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVzY29yZRgGIAEoARIUCgxrZXl3b3JkX3JhbmsYByABKAUSFQoNc2VtYW50aWNfcmFuaxgIIAEoBSI0ChlEZWxldGVDb252ZXJzYXRpb25SZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCSI4ChpEZWxldGVDb252ZXJzYXRpb25SZXNwb25zZRIaChJkZWxldGVkX3R1cm5fY291bnQYASABKAUiMQoZRXJhc2VQcmluY2lwYWxEYXRhUmVxdWVzdBIUCgxwcmluY2lwYWxfaWQYASABKAkidgoaRXJhc2VQcmluY2lwYWxEYXRhUmVzcG9uc2USGgoScmVtb3ZlZF9saW5lX2NvdW50GAEgASgFEhoKEmRlbGV0ZWRfdHVybl9jb3VudBgCIAEoBRIgChhkZWxldGVkX2luc3BlY3Rpb25fY291bnQYAyABKAUiQwoYR2V0VHVybkluc3BlY3Rpb25SZXF1ZXN0EicKBHR1cm4YASABKAsyGS5tZW1vcmlhLnYxLlR1cm5SZWZlcmVuY2UiSwoZR2V0VHVybkluc3BlY3Rpb25SZXNwb25zZRIuCgppbnNwZWN0aW9uGAEgASgLMhoubWVtb3JpYS52MS5UdXJuSW5zcGVjdGlvbiK9AQoOVHVybkluc3BlY3Rpb24SJwoEdHVybhgBIAEoCzIZLm1lbW9yaWEudjEuVHVyblJlZmVyZW5jZRIpCgdyZW5kZXJzGAIgAygLMhgubWVtb3JpYS52MS5SZW5kZXJSZWNvcmQSKgoIc2VhcmNoZXMYAyADKAsyGC5tZW1vcmlhLnYxLlNlYXJjaFJlY29yZBIUCgxjdXJyZW50X2V0YWcYBCABKAkSFQoNYmxvY2tfY2hhbmdlZBgFIAEoCCJ4CgxSZW5kZXJSZWNvcmQSDAoEZXRhZxgBIAEoCRISCgpjaGFyX2NvdW50GAIgASgFEi8KC3JlbmRlcl90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg1ibG9ja19jaGFuZ2VkGAQgASgIIoYBCgxTZWFyY2hSZWNvcmQSDQoFcXVlcnkYASABKAkSLwoLc2VhcmNoX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiMKBGhpdHMYAyADKAsyFS5tZW1vcmlhLnYxLlNlYXJjaEhpdBIRCgloaXRfY291bnQYBCABKAUiQwoaRXhwb3J0UHJpbmNpcGFsRGF0YVJlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkiYQobRXhwb3J0UHJpbmNpcGFsRGF0YVJlc3BvbnNlEikKB3JlY29yZHMYASADKAsyGC5tZW1vcmlhLnYxLkV4cG9ydFJlY29yZBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkikwIKDEV4cG9ydFJlY29yZBIuCghzZXR0aW5ncxgBIAEoCzIaLm1lbW9yaWEudjEuTWVtb3J5U2V0dGluZ3NIABIvCgxtZW1vcnlfYmxvY2sYAiABKAsyFy5tZW1vcmlhLnYxLk1lbW9yeUJsb2NrSAASLQoLYXVkaXRfZXZlbnQYAyABKAsyFi5tZW1vcmlhLnYxLkF1ZGl0RXZlbnRIABIoCgR0dXJuGAQgASgLMhgubWVtb3JpYS52MS5FeHBvcnRlZFR1cm5IABI/ChRkZWxldGVkX2NvbnZlcnNhdGlvbhgFIAEoCzIfLm1lbW9yaWEudjEuRGVsZXRlZENvbnZlcnNhdGlvbkgAQggKBnJlY29yZCKGAQoMRXhwb3J0ZWRUdXJuEhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEi0KCXR1cm5fdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEdGV4dBgEIAEoCRIPCgdpbmRleGVkGAUgASgIIl8KE0RlbGV0ZWRDb252ZXJzYXRpb24SFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEi8KC2RlbGV0ZV90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCqnAQoQSW5kZXhUdXJuT3V0Y29tZRIiCh5JTkRFWF9UVVJOX09VVENPTUVfVU5TUEVDSUZJRUQQABIfChtJTkRFWF9UVVJOX09VVENPTUVfQUNDRVBURUQQARIeChpJTkRFWF9UVVJOX09VVENPTUVfSU5ERVhFRBACEi4KKklOREVYX1RVUk5fT1VUQ09NRV9TS0lQUEVEX01FTU9SWV9ESVNBQkxFRBADMv8EChlDb252ZXJzYXRpb25TZWFyY2hTZXJ2aWNlEk0KCUluZGV4VHVybhIcLm1lbW9yaWEudjEuSW5kZXhUdXJuUmVxdWVzdBodLm1lbW9yaWEudjEuSW5kZXhUdXJuUmVzcG9uc2UiA5ACAhJrChNTZWFyY2hDb252ZXJzYXRpb25zEiYubWVtb3JpYS52MS5TZWFyY2hDb252ZXJzYXRpb25zUmVxdWVzdBonLm1lbW9yaWEudjEuU2VhcmNoQ29udmVyc2F0aW9uc1Jlc3BvbnNlIgOQAgESaAoSRGVsZXRlQ29udmVyc2F0aW9uEiUubWVtb3JpYS52MS5EZWxldGVDb252ZXJzYXRpb25SZXF1ZXN0GiYubWVtb3JpYS52MS5EZWxldGVDb252ZXJzYXRpb25SZXNwb25zZSIDkAICEmgKEkVyYXNlUHJpbmNpcGFsRGF0YRIlLm1lbW9yaWEudjEuRXJhc2VQcmluY2lwYWxEYXRhUmVxdWVzdBomLm1lbW9yaWEudjEuRXJhc2VQcmluY2lwYWxEYXRhUmVzcG9uc2UiA5ACAhJlChFHZXRUdXJuSW5zcGVjdGlvbhIkLm1lbW9yaWEudjEuR2V0VHVybkluc3BlY3Rpb25SZXF1ZXN0GiUubWVtb3JpYS52MS5HZXRUdXJuSW5zcGVjdGlvblJlc3BvbnNlIgOQAgESawoTRXhwb3J0UHJpbmNpcGFsRGF0YRImLm1lbW9yaWEudjEuRXhwb3J0UHJpbmNpcGFsRGF0YVJlcXVlc3QaJy5tZW1vcmlhLnYxLkV4cG9ydFByaW5jaXBhbERhdGFSZXNwb25zZSIDkAIBQqQBCg5jb20ubWVtb3JpYS52MUIeQ29udmVyc2F0aW9uU2VhcmNoU2VydmljZVByb3RvUAFaKW1lbW9yaWEvZ2VuZXJhdGVkL2dvL21lbW9yaWEvdjE7bWVtb3JpYXYxogIDTVhYqgIKTWVtb3JpYS5WMcoCCk1lbW9yaWFcVjHiAhZNZW1vcmlhXFYxXEdQQk1ldGFkYXRh6gILTWVtb3JpYTo6VjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_memoria_v1_audit_service, file_memoria_v1_memory_block]);
+  fileDesc("CixtZW1vcmlhL3YxL2NvbnZlcnNhdGlvbl9zZWFyY2hfc2VydmljZS5wcm90bxIKbWVtb3JpYS52MSKbAQoQSW5kZXhUdXJuUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRIQCghxdWVzdGlvbhgDIAEoCRIOCgZhbnN3ZXIYBCABKAkSLQoJdHVybl90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR3YWl0GAYgASgIIoYBChFJbmRleFR1cm5SZXNwb25zZRItCgdvdXRjb21lGAEgASgOMhwubWVtb3JpYS52MS5JbmRleFR1cm5PdXRjb21lEhMKC2NodW5rX2NvdW50GAIgASgFEhEKCXRydW5jYXRlZBgDIAEoCBIaChJpbmRleGVkX2NoYXJfY291bnQYBCABKAUiZwoaU2VhcmNoQ29udmVyc2F0aW9uc1JlcXVlc3QSDQoFcXVlcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEicKBHR1cm4YAyABKAsyGS5tZW1vcmlhLnYxLlR1cm5SZWZlcmVuY2UiQgobU2VhcmNoQ29udmVyc2F0aW9uc1Jlc3BvbnNlEiMKBGhpdHMYASADKAsyFS5tZW1vcmlhLnYxLlNlYXJjaEhpdCLDAQoJU2VhcmNoSGl0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEhMKC2NodW5rX2luZGV4GAMgASgFEgwKBHRleHQYBCABKAkSLQoJdHVybl90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVzY29yZRgGIAEoARIUCgxrZXl3b3JkX3JhbmsYByABKAUSFQoNc2VtYW50aWNfcmFuaxgIIAEoBSI0ChlEZWxldGVDb252ZXJzYXRpb25SZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCSI4ChpEZWxldGVDb252ZXJzYXRpb25SZXNwb25zZRIaChJkZWxldGVkX3R1cm5fY291bnQYASABKAUiMQoZRXJhc2VQcmluY2lwYWxEYXRhUmVxdWVzdBIUCgxwcmluY2lwYWxfaWQYASABKAkidgoaRXJhc2VQcmluY2lwYWxEYXRhUmVzcG9uc2USGgoScmVtb3ZlZF9saW5lX2NvdW50GAEgASgFEhoKEmRlbGV0ZWRfdHVybl9jb3VudBgCIAEoBRIgChhkZWxldGVkX2luc3BlY3Rpb25fY291bnQYAyABKAUiQwoYR2V0VHVybkluc3BlY3Rpb25SZXF1ZXN0EicKBHR1cm4YASABKAsyGS5tZW1vcmlhLnYxLlR1cm5SZWZlcmVuY2UiSwoZR2V0VHVybkluc3BlY3Rpb25SZXNwb25zZRIuCgppbnNwZWN0aW9uGAEgASgLMhoubWVtb3JpYS52MS5UdXJuSW5zcGVjdGlvbiKCAgoOVHVybkluc3BlY3Rpb24SJwoEdHVybhgBIAEoCzIZLm1lbW9yaWEudjEuVHVyblJlZmVyZW5jZRIpCgdyZW5kZXJzGAIgAygLMhgubWVtb3JpYS52MS5SZW5kZXJSZWNvcmQSKgoIc2VhcmNoZXMYAyADKAsyGC5tZW1vcmlhLnYxLlNlYXJjaFJlY29yZBIUCgxjdXJyZW50X2V0YWcYBCABKAkSFQoNYmxvY2tfY2hhbmdlZBgFIAEoCBInCgZ3cml0ZXMYBiADKAsyFy5tZW1vcmlhLnYxLldyaXRlUmVjb3JkEhoKEmZhaWxlZF93cml0ZV9jb3VudBgHIAEoBSLXAQoLV3JpdGVSZWNvcmQSIgoGd3JpdGVyGAEgASgOMhIubWVtb3JpYS52MS5Xcml0ZXISLgoKd3JpdGVfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNcmVtb3ZlZF9saW5lcxgDIAMoCRITCgthZGRlZF9saW5lcxgEIAMoCRIaChJyZW1vdmVkX2xpbmVfY291bnQYBSABKAUSGAoQYWRkZWRfbGluZV9jb3VudBgGIAEoBRISCgpjaGFyX2NvdW50GAcgASgFIngKDFJlbmRlclJlY29yZBIMCgRldGFnGAEgASgJEhIKCmNoYXJfY291bnQYAiABKAUSLwoLcmVuZGVyX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWJsb2NrX2NoYW5nZWQYBCABKAgihgEKDFNlYXJjaFJlY29yZBINCgVxdWVyeRgBIAEoCRIvCgtzZWFyY2hfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIwoEaGl0cxgDIAMoCzIVLm1lbW9yaWEudjEuU2VhcmNoSGl0EhEKCWhpdF9jb3VudBgEIAEoBSJDChpFeHBvcnRQcmluY2lwYWxEYXRhUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJhChtFeHBvcnRQcmluY2lwYWxEYXRhUmVzcG9uc2USKQoHcmVjb3JkcxgBIAMoCzIYLm1lbW9yaWEudjEuRXhwb3J0UmVjb3JkEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKTAgoMRXhwb3J0UmVjb3JkEi4KCHNldHRpbmdzGAEgASgLMhoubWVtb3JpYS52MS5NZW1vcnlTZXR0aW5nc0gAEi8KDG1lbW9yeV9ibG9jaxgCIAEoCzIXLm1lbW9yaWEudjEuTWVtb3J5QmxvY2tIABItCgthdWRpdF9ldmVudBgDIAEoCzIWLm1lbW9yaWEudjEuQXVkaXRFdmVudEgAEigKBHR1cm4YBCABKAsyGC5tZW1vcmlhLnYxLkV4cG9ydGVkVHVybkgAEj8KFGRlbGV0ZWRfY29udmVyc2F0aW9uGAUgASgLMh8ubWVtb3JpYS52MS5EZWxldGVkQ29udmVyc2F0aW9uSABCCAoGcmVjb3JkIoYBCgxFeHBvcnRlZFR1cm4SFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3R1cm5faWQYAiABKAkSLQoJdHVybl90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0ZXh0GAQgASgJEg8KB2luZGV4ZWQYBSABKAgiXwoTRGVsZXRlZENvbnZlcnNhdGlvbhIXCg9jb252ZXJzYXRpb25faWQYASABKAkSLwoLZGVsZXRlX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKqcBChBJbmRleFR1cm5PdXRjb21lEiIKHklOREVYX1RVUk5fT1VUQ09NRV9VTlNQRUNJRklFRBAAEh8KG0lOREVYX1RVUk5fT1VUQ09NRV9BQ0NFUFRFRBABEh4KGklOREVYX1RVUk5fT1VUQ09NRV9JTkRFWEVEEAISLgoqSU5ERVhfVFVSTl9PVVRDT01FX1NLSVBQRURfTUVNT1JZX0RJU0FCTEVEEAMy/wQKGUNvbnZlcnNhdGlvblNlYXJjaFNlcnZpY2USTQoJSW5kZXhUdXJuEhwubWVtb3JpYS52MS5JbmRleFR1cm5SZXF1ZXN0Gh0ubWVtb3JpYS52MS5JbmRleFR1cm5SZXNwb25zZSIDkAICEmsKE1NlYXJjaENvbnZlcnNhdGlvbnMSJi5tZW1vcmlhLnYxLlNlYXJjaENvbnZlcnNhdGlvbnNSZXF1ZXN0GicubWVtb3JpYS52MS5TZWFyY2hDb252ZXJzYXRpb25zUmVzcG9uc2UiA5ACARJoChJEZWxldGVDb252ZXJzYXRpb24SJS5tZW1vcmlhLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlcXVlc3QaJi5tZW1vcmlhLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlc3BvbnNlIgOQAgISaAoSRXJhc2VQcmluY2lwYWxEYXRhEiUubWVtb3JpYS52MS5FcmFzZVByaW5jaXBhbERhdGFSZXF1ZXN0GiYubWVtb3JpYS52MS5FcmFzZVByaW5jaXBhbERhdGFSZXNwb25zZSIDkAICEmUKEUdldFR1cm5JbnNwZWN0aW9uEiQubWVtb3JpYS52MS5HZXRUdXJuSW5zcGVjdGlvblJlcXVlc3QaJS5tZW1vcmlhLnYxLkdldFR1cm5JbnNwZWN0aW9uUmVzcG9uc2UiA5ACARJrChNFeHBvcnRQcmluY2lwYWxEYXRhEiYubWVtb3JpYS52MS5FeHBvcnRQcmluY2lwYWxEYXRhUmVxdWVzdBonLm1lbW9yaWEudjEuRXhwb3J0UHJpbmNpcGFsRGF0YVJlc3BvbnNlIgOQAgFCpAEKDmNvbS5tZW1vcmlhLnYxQh5Db252ZXJzYXRpb25TZWFyY2hTZXJ2aWNlUHJvdG9QAVopbWVtb3JpYS9nZW5lcmF0ZWQvZ28vbWVtb3JpYS92MTttZW1vcmlhdjGiAgNNWFiqAgpNZW1vcmlhLlYxygIKTWVtb3JpYVxWMeICFk1lbW9yaWFcVjFcR1BCTWV0YWRhdGHqAgtNZW1vcmlhOjpWMWIGcHJvdG8z", [file_google_protobuf_timestamp, file_memoria_v1_audit_service, file_memoria_v1_memory_block]);
 
 /**
  * IndexTurnRequest is one finished turn of a conversation.
@@ -449,6 +449,23 @@ export type TurnInspection = Message<"memoria.v1.TurnInspection"> & {
    * @generated from field: bool block_changed = 5;
    */
   blockChanged: boolean;
+
+  /**
+   * Each memory block rewrite made in the turn (writes that named it), oldest
+   * first, read from the audit log: deleting the block blanks their lines
+   * there and here, and they are kept as long as the audit log keeps them.
+   *
+   * @generated from field: repeated memoria.v1.WriteRecord writes = 6;
+   */
+  writes: WriteRecord[];
+
+  /**
+   * How many memory writes made through ModelToolService.ExecuteToolCall for
+   * the turn failed (at most 3 are attempted per turn).
+   *
+   * @generated from field: int32 failed_write_count = 7;
+   */
+  failedWriteCount: number;
 };
 
 /**
@@ -457,6 +474,72 @@ export type TurnInspection = Message<"memoria.v1.TurnInspection"> & {
  */
 export const TurnInspectionSchema: GenMessage<TurnInspection> = /*@__PURE__*/
   messageDesc(file_memoria_v1_conversation_search_service, 11);
+
+/**
+ * WriteRecord is one rewrite of the memory block made in a turn, as its audit
+ * event records it.
+ *
+ * @generated from message memoria.v1.WriteRecord
+ */
+export type WriteRecord = Message<"memoria.v1.WriteRecord"> & {
+  /**
+   * Who wrote (the model through a tool call, or the person).
+   *
+   * @generated from field: memoria.v1.Writer writer = 1;
+   */
+  writer: Writer;
+
+  /**
+   * When the write was committed.
+   *
+   * @generated from field: google.protobuf.Timestamp write_time = 2;
+   */
+  writeTime?: Timestamp | undefined;
+
+  /**
+   * The lines the write removed, each cut to at most 200 characters; empty
+   * once the block has been deleted (deleted content is not kept).
+   *
+   * @generated from field: repeated string removed_lines = 3;
+   */
+  removedLines: string[];
+
+  /**
+   * The lines the write added, each cut to at most 200 characters; emptied
+   * like `removed_lines`.
+   *
+   * @generated from field: repeated string added_lines = 4;
+   */
+  addedLines: string[];
+
+  /**
+   * Number of lines removed.
+   *
+   * @generated from field: int32 removed_line_count = 5;
+   */
+  removedLineCount: number;
+
+  /**
+   * Number of lines added.
+   *
+   * @generated from field: int32 added_line_count = 6;
+   */
+  addedLineCount: number;
+
+  /**
+   * Characters (code points) of the block after the write.
+   *
+   * @generated from field: int32 char_count = 7;
+   */
+  charCount: number;
+};
+
+/**
+ * Describes the message memoria.v1.WriteRecord.
+ * Use `create(WriteRecordSchema)` to create a new message.
+ */
+export const WriteRecordSchema: GenMessage<WriteRecord> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 12);
 
 /**
  * RenderRecord is one render of the memory block made for a turn.
@@ -501,7 +584,7 @@ export type RenderRecord = Message<"memoria.v1.RenderRecord"> & {
  * Use `create(RenderRecordSchema)` to create a new message.
  */
 export const RenderRecordSchema: GenMessage<RenderRecord> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_conversation_search_service, 12);
+  messageDesc(file_memoria_v1_conversation_search_service, 13);
 
 /**
  * SearchRecord is one search made for a turn and what it returned.
@@ -545,7 +628,7 @@ export type SearchRecord = Message<"memoria.v1.SearchRecord"> & {
  * Use `create(SearchRecordSchema)` to create a new message.
  */
 export const SearchRecordSchema: GenMessage<SearchRecord> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_conversation_search_service, 13);
+  messageDesc(file_memoria_v1_conversation_search_service, 14);
 
 /**
  * ExportPrincipalDataRequest asks for one page of the caller's export.
@@ -576,7 +659,7 @@ export type ExportPrincipalDataRequest = Message<"memoria.v1.ExportPrincipalData
  * Use `create(ExportPrincipalDataRequestSchema)` to create a new message.
  */
 export const ExportPrincipalDataRequestSchema: GenMessage<ExportPrincipalDataRequest> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_conversation_search_service, 14);
+  messageDesc(file_memoria_v1_conversation_search_service, 15);
 
 /**
  * ExportPrincipalDataResponse is one page of the caller's export.
@@ -605,7 +688,7 @@ export type ExportPrincipalDataResponse = Message<"memoria.v1.ExportPrincipalDat
  * Use `create(ExportPrincipalDataResponseSchema)` to create a new message.
  */
 export const ExportPrincipalDataResponseSchema: GenMessage<ExportPrincipalDataResponse> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_conversation_search_service, 15);
+  messageDesc(file_memoria_v1_conversation_search_service, 16);
 
 /**
  * ExportRecord is one item held about the caller; exactly one field is set.
@@ -666,7 +749,7 @@ export type ExportRecord = Message<"memoria.v1.ExportRecord"> & {
  * Use `create(ExportRecordSchema)` to create a new message.
  */
 export const ExportRecordSchema: GenMessage<ExportRecord> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_conversation_search_service, 16);
+  messageDesc(file_memoria_v1_conversation_search_service, 17);
 
 /**
  * ExportedTurn is one accepted turn as Memoria holds it.
@@ -719,7 +802,7 @@ export type ExportedTurn = Message<"memoria.v1.ExportedTurn"> & {
  * Use `create(ExportedTurnSchema)` to create a new message.
  */
 export const ExportedTurnSchema: GenMessage<ExportedTurn> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_conversation_search_service, 17);
+  messageDesc(file_memoria_v1_conversation_search_service, 18);
 
 /**
  * DeletedConversation is a conversation the caller deleted: its id is kept so
@@ -748,7 +831,7 @@ export type DeletedConversation = Message<"memoria.v1.DeletedConversation"> & {
  * Use `create(DeletedConversationSchema)` to create a new message.
  */
 export const DeletedConversationSchema: GenMessage<DeletedConversation> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_conversation_search_service, 18);
+  messageDesc(file_memoria_v1_conversation_search_service, 19);
 
 /**
  * IndexTurnOutcome says what IndexTurn did with a turn.
@@ -871,7 +954,8 @@ export const ConversationSearchService: GenService<{
    * GetTurnInspection returns what one of the caller's turns saw: each memory
    * block version rendered for it and each search made for it (the calls that
    * carried this turn in their `turn` field), and whether the block has
-   * changed since. A turn with no record gets an empty inspection, not an
+   * changed since; and what it wrote: each rewrite that named the turn, from
+   * the audit log. A turn with no record gets an empty inspection, not an
    * error. Records are kept for a configurable time (30 days by default) and
    * removed with the conversation and with erasure; search hits in
    * conversations deleted since are left out, and hit text is read from the
