@@ -104,6 +104,11 @@ class InMemoryMemoryStore:
                 and (query.start_time is None or e.create_time >= query.start_time)
                 and (query.end_time is None or e.create_time < query.end_time)
                 and (query.before_event_id is None or e.event_id < query.before_event_id)
+                and (
+                    query.turn is None
+                    or (e.turn_conversation_id, e.turn_id)
+                    == (query.turn.conversation_id, query.turn.turn_id)
+                )
             ]
         return found[: query.limit]
 
@@ -124,13 +129,13 @@ class InMemoryInspectionStore:
     does; `delete_conversation` and `erase` mirror what the turn store's transactions do."""
 
     def __init__(self) -> None:
-        self.records: list[tuple[int, TurnKey, RenderRecord | SearchRecord]] = []
+        self.records: list[tuple[int, TurnKey, RenderRecord | SearchRecord | datetime]] = []
         self.deleted: set[tuple[str, str, str]] = set()
         self.flushes = 0
         self._next = 0
         self._lock = threading.Lock()
 
-    def _add(self, key: TurnKey, record: RenderRecord | SearchRecord) -> None:
+    def _add(self, key: TurnKey, record: RenderRecord | SearchRecord | datetime) -> None:
         with self._lock:
             if (key.tenant_id, key.principal_id, key.conversation_id) in self.deleted:
                 return
@@ -143,6 +148,15 @@ class InMemoryInspectionStore:
     def record_search(self, key: TurnKey, record: SearchRecord) -> None:
         self._add(key, record)
 
+    def record_failed_write(self, key: TurnKey, record_time: datetime) -> int:
+        """A failed write is kept as its bare time (the SQL store's row of kind "failed")."""
+        self._add(key, record_time)
+        return self.failed_writes(key)
+
+    def failed_writes(self, key: TurnKey) -> int:
+        with self._lock:
+            return sum(1 for _, k, r in self.records if k == key and isinstance(r, datetime))
+
     def flush(self) -> None:
         self.flushes += 1
 
@@ -152,12 +166,15 @@ class InMemoryInspectionStore:
         return TurnRecords(
             tuple(r for r in mine if isinstance(r, RenderRecord)),
             tuple(r for r in mine if isinstance(r, SearchRecord)),
+            sum(1 for r in mine if isinstance(r, datetime)),
         )
 
     def purge(self, before: datetime, limit: int) -> int:
         with self._lock:
             expired = sorted(
-                (r.record_time, n) for n, _, r in self.records if r.record_time < before
+                (t, n)
+                for n, _, r in self.records
+                if (t := r if isinstance(r, datetime) else r.record_time) < before
             )[:limit]
             gone = {n for _, n in expired}
             self.records = [entry for entry in self.records if entry[0] not in gone]

@@ -15,6 +15,10 @@ Rules:
 - Records are kept for `retention` (30 days by default): older ones are never shown, and a
   background loop removes them (`purge_once`, run by the index worker).
 - An unknown turn has an empty inspection, not an error (like an absent block).
+- What the turn wrote (each rewrite that named it) is read from the audit log, not recorded
+  here: deleting the block blanks the lines there, so no second copy of deleted content is
+  kept, and the writes stay visible as long as the audit keeps them. How many of the turn's
+  writes through a tool call failed is a record here (server/domain/tool_calls.py).
 """
 
 from __future__ import annotations
@@ -24,11 +28,22 @@ from datetime import datetime, timedelta
 
 from server.domain.errors import FieldViolation, invalid
 from server.domain.ids import turn_reference_violations
-from server.domain.model import Identity, SearchHit, TurnKey, TurnRef
+from server.domain.model import (
+    AuditAction,
+    AuditQuery,
+    Identity,
+    SearchHit,
+    TurnKey,
+    TurnRef,
+    Writer,
+)
 from server.domain.ports import ChunkTexts, Clock, InspectionStore, MemoryStore, TurnStore
 
 DEFAULT_RETENTION = timedelta(days=30)
 """How long a turn's records are kept (MEMORIA_INSPECTION_RETENTION_DAYS)."""
+
+MAX_WRITES_SHOWN = 1000
+"""At most this many of a turn's rewrites are shown (its latest); a turn makes a few."""
 
 
 @dataclass(frozen=True)
@@ -53,14 +68,30 @@ class SearchView:
 
 
 @dataclass(frozen=True)
+class WriteView:
+    """A rewrite made in the turn, as its audit event holds it (lines blanked once the block
+    was deleted)."""
+
+    writer: Writer
+    write_time: datetime
+    removed_lines: tuple[str, ...]
+    added_lines: tuple[str, ...]
+    removed_line_count: int
+    added_line_count: int
+    char_count: int
+
+
+@dataclass(frozen=True)
 class Inspection:
-    """What one turn saw, oldest first, and whether the block has changed since."""
+    """What one turn saw and wrote, oldest first, and whether the block has changed since."""
 
     turn: TurnRef
     renders: tuple[RenderView, ...]
     searches: tuple[SearchView, ...]
     current_etag: str
     block_changed: bool
+    writes: tuple[WriteView, ...] = ()
+    failed_write_count: int = 0
 
 
 class TurnInspector:
@@ -143,6 +174,32 @@ class TurnInspector:
             searches=tuple(search_views),
             current_etag=current,
             block_changed=bool(render_views) and render_views[-1].block_changed,
+            writes=self._writes(who, turn),
+            failed_write_count=records.failed_writes,
+        )
+
+    def _writes(self, who: Identity, turn: TurnRef) -> tuple[WriteView, ...]:
+        """The rewrites that named the turn, oldest first, from the audit log."""
+        events = self._memory.list_audit(
+            who.tenant_id,
+            AuditQuery(
+                principal_id=who.principal_id,
+                actions=frozenset({AuditAction.BLOCK_REWRITTEN}),
+                limit=MAX_WRITES_SHOWN,
+                turn=turn,
+            ),
+        )
+        return tuple(
+            WriteView(
+                writer=e.writer,
+                write_time=e.create_time,
+                removed_lines=e.removed_lines,
+                added_lines=e.added_lines,
+                removed_line_count=e.removed_line_count,
+                added_line_count=e.added_line_count,
+                char_count=e.char_count,
+            )
+            for e in reversed(events)
         )
 
     def purge_once(self, limit: int) -> int:

@@ -23,6 +23,7 @@ from server.domain.errors import (
     EtagMismatch,
     FieldViolation,
     MemoriaError,
+    invalid,
 )
 from server.domain.ids import turn_reference_violations
 from server.domain.model import (
@@ -192,9 +193,19 @@ class MemoryBlocks:
         return Rendered(section, view.etag, view.char_count, self._limit)
 
     def rewrite(
-        self, who: Identity, text: str, writer: Writer, etag: str | None = None
+        self,
+        who: Identity,
+        text: str,
+        writer: Writer,
+        etag: str | None = None,
+        turn: TurnRef | None = None,
     ) -> RewriteResult:
-        """Replace the caller's whole block with `text`; see the module rules."""
+        """Replace the caller's whole block with `text`; see the module rules. With `turn`,
+        the audit event records the turn the write was made in (the inspector shows it)."""
+        if turn is not None:
+            violations = turn_reference_violations(turn)
+            if violations:
+                raise invalid(*violations)
         new_text, count = sanitize_and_count(text)
         if count == 0:
             raise MemoriaError(
@@ -248,6 +259,8 @@ class MemoryBlocks:
                 removed_line_count=len(diff.removed),
                 added_line_count=len(diff.added),
                 char_count=count,
+                turn_conversation_id=turn.conversation_id if turn is not None else "",
+                turn_id=turn.turn_id if turn is not None else "",
             )
             view = BlockView(new_text, count, self._limit, stored.etag, stored.update_time)
             result = RewriteResult(view, diff.removed, diff.added, changed=True)

@@ -79,6 +79,10 @@ class NewAuditEvent:
     conversation_id: str = ""
     deleted_turn_count: int = 0
     actor_principal_id: str = ""
+    turn_conversation_id: str = ""
+    """The conversation of the turn a rewrite was made in; empty when it named no turn."""
+    turn_id: str = ""
+    """The turn a rewrite was made in (within `turn_conversation_id`); empty when none."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,8 @@ class AuditQuery:
     end_time: datetime | None = None
     before_event_id: int | None = None
     limit: int = 50
+    turn: TurnRef | None = None
+    """Only the events of writes made in this turn (None: any)."""
 
 
 # --- Conversation search -------------------------------------------------------------------
@@ -370,6 +376,8 @@ class TurnRecords:
 
     renders: tuple[RenderRecord, ...] = ()
     searches: tuple[SearchRecord, ...] = ()
+    failed_writes: int = 0
+    """Memory writes made for the turn through a tool call that failed (the per-turn cap)."""
 
 
 @dataclass(frozen=True)

@@ -365,10 +365,25 @@ class UnitsOfWork(Protocol):
         ...
 
 
-class InspectionStore(Protocol):
-    """What the inspector recorded per turn (renders and searches), in the turn store's
-    database. Records of a deleted conversation are removed in the transaction that deletes
-    it, and a principal's with its erasure (TurnStore)."""
+class FailedWrites(Protocol):
+    """The count of a turn's failed memory writes (the per-turn cap of tool calls, server/
+    domain/tool_calls.py), kept where every replica serving the turn reads it."""
+
+    def record_failed_write(self, key: TurnKey, record_time: datetime) -> int:
+        """Count one more failed memory write for the turn, written before it returns (never
+        buffered: every replica serving the turn reads the count), unless its conversation is
+        deleted; return the turn's count after it."""
+        ...
+
+    def failed_writes(self, key: TurnKey) -> int:
+        """How many failed memory writes are counted for the turn, on any replica."""
+        ...
+
+
+class InspectionStore(FailedWrites, Protocol):
+    """What the inspector recorded per turn (renders, searches, failed writes), in the turn
+    store's database. Records of a deleted conversation are removed in the transaction that
+    deletes it, and a principal's with its erasure (TurnStore)."""
 
     def record_render(self, key: TurnKey, record: RenderRecord) -> None:
         """Append a render record for the turn, unless its conversation is deleted (checked

@@ -115,6 +115,12 @@ def audit_event_message(event: AuditEvent) -> audit_pb.AuditEvent:
     )
     if event.memory_enabled is not None:
         msg.memory_enabled = event.memory_enabled
+    if event.turn_id:
+        msg.turn.CopyFrom(
+            block_pb.TurnReference(
+                conversation_id=event.turn_conversation_id, turn_id=event.turn_id
+            )
+        )
     return msg
 
 
@@ -184,6 +190,19 @@ def inspection_message(view: Inspection) -> search_pb.TurnInspection:
         ],
         current_etag=view.current_etag,
         block_changed=view.block_changed,
+        writes=[
+            search_pb.WriteRecord(
+                writer=_WRITER_PB[w.writer],
+                write_time=timestamp(w.write_time),
+                removed_lines=w.removed_lines,
+                added_lines=w.added_lines,
+                removed_line_count=w.removed_line_count,
+                added_line_count=w.added_line_count,
+                char_count=w.char_count,
+            )
+            for w in view.writes
+        ],
+        failed_write_count=view.failed_write_count,
     )
 
 

@@ -45,8 +45,10 @@ def reason_name(reason: ErrorReason) -> str:
     return name
 
 
-def to_status(error: MemoriaError) -> grpc.Status:
-    """The gRPC status, with ErrorInfo and (for field errors) BadRequest details."""
+def to_status(error: MemoriaError, localized: str | None = None) -> grpc.Status:
+    """The gRPC status, with ErrorInfo and (for field errors) BadRequest details; with
+    `localized`, a LocalizedMessage (en-US) too: the words a model reads for it
+    (server/rpc/tool_refusals.py)."""
     code = STATUS_OF[error.reason]
     info = error_details_pb2.ErrorInfo(
         reason=reason_name(error.reason), domain=ERROR_DOMAIN, metadata=error.metadata
@@ -62,24 +64,31 @@ def to_status(error: MemoriaError) -> grpc.Status:
             ]
         )
         details.append(_pack(bad))
+    if localized is not None:
+        details.append(_pack(error_details_pb2.LocalizedMessage(locale="en-US", message=localized)))
     status = status_pb2.Status(
         code=getattr(code_pb2, code.name), message=error.message, details=details
     )
     return rpc_status.to_status(status)
 
 
-def internal_status(trace_id: str) -> grpc.Status:
-    """A generic INTERNAL status that names only the trace id to look up in the log."""
-    return to_status(
-        MemoriaError(
-            ErrorReason.INTERNAL,
-            f"internal error; reference {trace_id}",
-            details=Internal(trace_id),
-        )
+def internal_error(trace_id: str) -> MemoriaError:
+    """A generic INTERNAL error that names only the trace id to look up in the log."""
+    return MemoriaError(
+        ErrorReason.INTERNAL, f"internal error; reference {trace_id}", details=Internal(trace_id)
     )
 
 
-def _pack(message: error_details_pb2.ErrorInfo | error_details_pb2.BadRequest) -> any_pb2.Any:
+def internal_status(trace_id: str) -> grpc.Status:
+    """A generic INTERNAL status that names only the trace id to look up in the log."""
+    return to_status(internal_error(trace_id))
+
+
+def _pack(
+    message: error_details_pb2.ErrorInfo
+    | error_details_pb2.BadRequest
+    | error_details_pb2.LocalizedMessage,
+) -> any_pb2.Any:
     packed = any_pb2.Any()
     packed.Pack(message)
     return packed

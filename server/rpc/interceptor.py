@@ -34,8 +34,9 @@ from opentelemetry import trace
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.model import Identity
 from server.rpc.auth import Authenticator, unauthenticated
-from server.rpc.errors import internal_status, to_status
+from server.rpc.errors import internal_error, to_status
 from server.rpc.ratelimit import RateLimitedLog
+from server.rpc.tool_refusals import refusal_words
 
 log = logging.getLogger(__name__)
 
@@ -188,11 +189,14 @@ class MemoriaInterceptor(UnaryWrappingInterceptor):
             except MemoriaError as error:
                 if error.reason is ErrorReason.STORE_UNAVAILABLE:
                     self._on_store_unavailable()
-                context.abort_with_status(to_status(error))
+                words = refusal_words(method, request, error)
+                context.abort_with_status(to_status(error, words))
             except Exception:
                 trace_id = _trace_id()
                 log.exception("unexpected error in %s (trace_id=%s)", method, trace_id)
-                context.abort_with_status(internal_status(trace_id))
+                internal = internal_error(trace_id)
+                words = refusal_words(method, request, internal)
+                context.abort_with_status(to_status(internal, words))
 
         return wrapped
 

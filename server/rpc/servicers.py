@@ -65,7 +65,9 @@ class MemoryBlockServicer(pb_grpc.MemoryBlockServiceServicer):
     ) -> pb.RewriteMemoryBlockResponse:
         writer = writer_of(request.writer)
         etag = request.etag if request.HasField("etag") else None
-        result = self._blocks.rewrite(current_identity(), request.text, writer, etag)
+        result = self._blocks.rewrite(
+            current_identity(), request.text, writer, etag, turn_ref_of(request)
+        )
         return pb.RewriteMemoryBlockResponse(
             memory_block=block_message(result.block),
             removed_lines=result.removed_lines,

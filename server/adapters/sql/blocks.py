@@ -356,6 +356,11 @@ class MemoryRows:
             stmt = stmt.where(a.c.create_time < query.end_time)
         if query.before_event_id is not None:
             stmt = stmt.where(a.c.event_id < query.before_event_id)
+        if query.turn is not None:
+            stmt = stmt.where(
+                a.c.turn_conversation_id == query.turn.conversation_id,
+                a.c.turn_id == query.turn.turn_id,
+            )
         stmt = stmt.order_by(a.c.event_id.desc()).limit(query.limit)
         return [_audit_event(row) for row in self._conn.execute(stmt)]
 

@@ -24,10 +24,11 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, bindparam, delete, select, text
+from sqlalchemy import JSON, DateTime, bindparam, delete, func, select, text
 
 from server.adapters.qdrant.layout import from_epoch_micros, to_epoch_micros
 from server.adapters.sql.database import SqlDatabase, as_utc
@@ -43,7 +44,7 @@ from server.domain.model import (
 log = logging.getLogger(__name__)
 
 _i = turn_inspections
-RENDER, SEARCH = "render", "search"
+RENDER, SEARCH, FAILED_WRITE = "render", "search", "failed"
 _PURGE_PG = "SELECT memoria_purge_inspections(%s, %s)"
 _COLUMNS = (
     "tenant_id",
@@ -58,7 +59,17 @@ _COLUMNS = (
     "hits",
 )
 
-Record = RenderRecord | SearchRecord
+
+@dataclass(frozen=True)
+class FailedWrite:
+    """A memory write made for a turn that failed: a row of kind "failed", so the per-turn cap
+    of failed writes (server/domain/tool_calls.py) is counted where every replica reads it,
+    and goes with the turn's other records (conversation delete, erasure, retention)."""
+
+    record_time: datetime
+
+
+Record = RenderRecord | SearchRecord | FailedWrite
 
 
 class SqlInspectionStore:
@@ -76,6 +87,17 @@ class SqlInspectionStore:
     def record_search(self, key: TurnKey, record: SearchRecord) -> None:
         """See `InspectionStore.record_search`."""
         self.write([(key, record)])
+
+    def record_failed_write(self, key: TurnKey, record_time: datetime) -> int:
+        """See `InspectionStore.record_failed_write`."""
+        self.write([(key, FailedWrite(record_time))])
+        return self.failed_writes(key)
+
+    def failed_writes(self, key: TurnKey) -> int:
+        """See `InspectionStore.failed_writes`."""
+        stmt = select(func.count()).where(*_turn_is(key), _i.c.kind == FAILED_WRITE)
+        with self._db.transaction(key.tenant_id) as tx:
+            return int(tx.connection.execute(stmt).scalar_one())
 
     def flush(self) -> None:
         """Nothing is buffered here."""
@@ -96,25 +118,23 @@ class SqlInspectionStore:
         """See `InspectionStore.read`."""
         stmt = (
             select(_i.c.kind, _i.c.record_time, _i.c.etag, _i.c.char_count, _i.c.query, _i.c.hits)
-            .where(
-                _i.c.tenant_id == key.tenant_id,
-                _i.c.principal_id == key.principal_id,
-                _i.c.conversation_id == key.conversation_id,
-                _i.c.turn_id == key.turn_id,
-            )
+            .where(*_turn_is(key))
             .order_by(_i.c.record_id)
         )
         renders: list[RenderRecord] = []
         searches: list[SearchRecord] = []
+        failed = 0
         with self._db.transaction(key.tenant_id) as tx:
             rows = tx.connection.execute(stmt).all()
         for kind, when, etag, char_count, query, hits in rows:
             if kind == RENDER:
                 renders.append(RenderRecord(etag, char_count, as_utc(when)))
+            elif kind == FAILED_WRITE:
+                failed += 1
             else:
                 parsed = tuple(_hit_of(h) for h in hits or ())
                 searches.append(SearchRecord(query or "", as_utc(when), parsed))
-        return TurnRecords(tuple(renders), tuple(searches))
+        return TurnRecords(tuple(renders), tuple(searches), failed)
 
     def purge(self, before: datetime, limit: int) -> int:
         """See `InspectionStore.purge` (PostgreSQL: `memoria_purge_inspections`, which may
@@ -166,10 +186,22 @@ def _insert(postgres: bool) -> Any:
     )
 
 
+def _turn_is(key: TurnKey) -> tuple[Any, ...]:
+    """The conditions selecting one turn's records."""
+    return (
+        _i.c.tenant_id == key.tenant_id,
+        _i.c.principal_id == key.principal_id,
+        _i.c.conversation_id == key.conversation_id,
+        _i.c.turn_id == key.turn_id,
+    )
+
+
 def _params(key: TurnKey, record: Record) -> dict[str, Any]:
     """The statement's parameters for one record."""
     if isinstance(record, RenderRecord):
         kind, etag, count, query, hits = RENDER, record.etag, record.char_count, None, None
+    elif isinstance(record, FailedWrite):
+        kind, etag, count, query, hits = FAILED_WRITE, "", 0, None, None
     else:
         kind, etag, count = SEARCH, "", 0
         query, hits = record.query, [_hit_json(h) for h in record.hits]
@@ -227,6 +259,15 @@ class BufferedInspectionStore:
     def record_search(self, key: TurnKey, record: SearchRecord) -> None:
         """See `InspectionStore.record_search`."""
         self._put(key, record)
+
+    def record_failed_write(self, key: TurnKey, record_time: datetime) -> int:
+        """See `InspectionStore.record_failed_write`: written in the call, never queued (the
+        count must be there for the turn's next call, on whichever replica serves it)."""
+        return self._inner.record_failed_write(key, record_time)
+
+    def failed_writes(self, key: TurnKey) -> int:
+        """See `InspectionStore.failed_writes` (failed writes are never queued: no flush)."""
+        return self._inner.failed_writes(key)
 
     def _put(self, key: TurnKey, record: Record) -> None:
         with self._cond:

@@ -71,8 +71,19 @@ audit_events = Table(
     Column("conversation_id", ID, nullable=False, server_default=""),
     Column("deleted_turn_count", Integer, nullable=False, server_default="0"),
     Column("actor_principal_id", ID, nullable=False, server_default=""),
+    # The turn a rewrite was made in (empty when it named none), for GetTurnInspection.
+    Column("turn_conversation_id", ID, nullable=False, server_default=""),
+    Column("turn_id", ID, nullable=False, server_default=""),
     Index("audit_events_principal_idx", "tenant_id", "principal_id", "event_id"),
     Index("audit_events_tenant_idx", "tenant_id", "event_id"),
+    Index(
+        "audit_events_turn_idx",
+        "tenant_id",
+        "principal_id",
+        "turn_conversation_id",
+        "turn_id",
+        "event_id",
+    ),
 )
 
 conversation_turns = Table(

@@ -16,9 +16,12 @@ from memoria.v1 import (
     conversation_search_service_pb2_grpc,
     memory_block_service_pb2,
     memory_block_service_pb2_grpc,
+    model_tool_service_pb2,
+    model_tool_service_pb2_grpc,
 )
 from server.rpc.interceptor import MemoriaInterceptor
 from server.rpc.limits import AdmissionInterceptor, Limits
+from server.rpc.model_tools import ModelToolServicer
 from server.rpc.reflection import enable_reflection
 from server.rpc.servicers import AuditServicer, ConversationSearchServicer, MemoryBlockServicer
 from server.runtime.builders.access import build_authenticator
@@ -33,6 +36,7 @@ SERVICE_NAMES = (
     conversation_search_service_pb2.DESCRIPTOR.services_by_name[
         "ConversationSearchService"
     ].full_name,
+    model_tool_service_pb2.DESCRIPTOR.services_by_name["ModelToolService"].full_name,
 )
 """Memoria's own services, whose health the monitor reports and reflection describes."""
 
@@ -128,6 +132,9 @@ def _add_servicers(
             services.exporter,
         ),
         server,
+    )
+    model_tool_service_pb2_grpc.add_ModelToolServiceServicer_to_server(
+        ModelToolServicer(services.tool_calls), server
     )
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)

@@ -13,6 +13,7 @@ from server.domain.export import Exporter
 from server.domain.inspection import TurnInspector
 from server.domain.memory import MemoryBlocks
 from server.domain.ports import MemoryStore
+from server.domain.tool_calls import ToolCalls
 from server.runtime.builders import utc_now
 from server.runtime.builders.access import page_token_key
 from server.runtime.builders.search import Conversations, build_conversations
@@ -32,6 +33,8 @@ class Services:
     exporter: Exporter
     inspections: BufferedInspectionStore
     """The inspector's record writer, closed (what is queued written) before the stores."""
+    tool_calls: ToolCalls
+    """The model's tool calls and prompt section (ModelToolService)."""
 
 
 def build_services(
@@ -69,6 +72,7 @@ def build_services(
         retention=timedelta(days=settings.memory.inspection_retention_days),
     )
     exporter = Exporter(blocks, store, parts.turns, parts.index, tokens)
+    tool_calls = ToolCalls(blocks, conversations.search, inspections, utc_now)
     return Services(
-        blocks, AuditLog(store, tokens), conversations, inspector, exporter, inspections
+        blocks, AuditLog(store, tokens), conversations, inspector, exporter, inspections, tool_calls
     )
