@@ -325,8 +325,15 @@ def bad_arguments(tool: str, problem: str) -> str:
     return f"Not sent: {problem}. {usage}. Nothing was called; fix the arguments and call again."
 
 
+TOOL_NAME_MAX_CHARS = 64
+"""Providers allow tool names of at most 64 characters; a longer name is quoted cut to this,
+so the words stay small (they can travel in an error status's trailer, whose size is capped)."""
+
+
 def unknown_tool(name: str) -> str:
     """A tool name that is not one of the model's tools."""
+    if len(name) > TOOL_NAME_MAX_CHARS:
+        name = name[:TOOL_NAME_MAX_CHARS] + "…"
     return (
         f"Unknown tool {name!r}: the memory tools are memory_rewrite and conversation_search. "
         "Nothing was called."

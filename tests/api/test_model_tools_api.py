@@ -474,6 +474,15 @@ def test_an_unconfirmed_identity_touches_nothing_and_carries_the_models_words(ap
             "ERROR_REASON_UNAUTHENTICATED",
         )
         assert localized(error) == text
+    # A hostile tool name is quoted cut, so the words fit in the status's trailer.
+    error = expect_error(
+        lambda: stub.ExecuteToolCall(
+            pb.ExecuteToolCallRequest(turn=TURN, tool_name="x" * 70_000), metadata=[]
+        ),
+        grpc.StatusCode.UNAUTHENTICATED,
+        "ERROR_REASON_UNAUTHENTICATED",
+    )
+    assert localized(error) == words.unknown_tool("x" * 64 + "…")
     expect_error(
         lambda: stub.RenderPromptSection(pb.RenderPromptSectionRequest(), metadata=[]),
         grpc.StatusCode.UNAUTHENTICATED,

@@ -1,0 +1,188 @@
+"""The model's tool calls in the domain (server/domain/tool_calls.py) on in-memory fakes.
+
+The argument checks accept and refuse exactly what the published schema does (the samples of
+test_tools.py, validated with jsonschema); every word equals the client package's copy until
+the adapters are made thin (so nothing drifts meanwhile); and the outcomes no API test can
+provoke on the real server (the block's store down, the count's store down) are worded and
+counted as the design says.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from memoria_client import arguments as client_arguments
+from memoria_client import wording as client_words
+from server.domain import model_words as words
+from server.domain.errors import ErrorReason, MemoriaError
+from server.domain.memory import MemoryBlocks
+from server.domain.model import Identity, PrincipalMemory, TurnKey, TurnRef
+from server.domain.tool_calls import (
+    ArgumentError,
+    ToolCalls,
+    ToolOutcome,
+    parse_rewrite,
+    parse_search,
+)
+from tests.fakes import InMemoryInspectionStore, InMemoryMemoryStore
+from tests.unit.test_tools import REWRITE_SAMPLES, SEARCH_SAMPLES
+
+WHO = Identity("t1", "ana")
+TURN = TurnRef("conv-1", "1")
+KEY = TurnKey("t1", "ana", "conv-1", "1")
+
+
+def now() -> datetime:
+    return datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+
+
+def schema(name: str) -> dict[str, Any]:
+    (tool,) = [t for t in words.TOOLS if t.name == name]
+    return tool.parameters
+
+
+def problem(parse: Any, sample: str) -> str | None:
+    try:
+        parse(sample)
+    except (ArgumentError, client_arguments.ArgumentError) as error:
+        return str(error)
+    return None
+
+
+@pytest.mark.parametrize(("sample", "valid"), REWRITE_SAMPLES)
+def test_rewrite_arguments_agree_with_the_schema_and_the_clients_words(
+    sample: object, valid: bool
+) -> None:
+    assert Draft202012Validator(schema(words.REWRITE)).is_valid(sample) is valid
+    text = json.dumps(sample)
+    assert (problem(parse_rewrite, text) is None) is valid
+    assert problem(parse_rewrite, text) == problem(client_arguments.parse_rewrite, text)
+
+
+@pytest.mark.parametrize(("sample", "valid"), SEARCH_SAMPLES)
+def test_search_arguments_agree_with_the_schema_and_the_clients_words(
+    sample: object, valid: bool
+) -> None:
+    assert Draft202012Validator(schema(words.SEARCH)).is_valid(sample) is valid
+    text = json.dumps(sample)
+    assert (problem(parse_search, text) is None) is valid
+    assert problem(parse_search, text) == problem(client_arguments.parse_search, text)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "   ", "{", '{"text": "\\ud800"}', "1" * 5000, "[" * 100_000, "null"]
+)
+def test_odd_argument_texts_are_worded_not_raised(text: str) -> None:
+    found = problem(parse_rewrite, text)
+    assert found is not None
+    if len(text) < 100:
+        assert found == problem(client_arguments.parse_rewrite, text)
+
+
+def test_every_sentence_equals_the_client_packages_copy() -> None:
+    for name in dir(client_words):
+        value = getattr(client_words, name)
+        if not name.startswith("_") and isinstance(value, str | int):
+            assert getattr(words, name) == value, name
+    lines = ["Preferred name: Ana", "x" * 300]
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("chars", (1234, 4000)),
+        ("saved", (10, 4000, lines, [])),
+        ("saved", (10, 4000, [], lines)),
+        ("unchanged", (19, 4000)),
+        ("too_long", (4001, 4000)),
+        ("too_long", (None, None)),
+        ("secret_detected", ("AWS access key", [("text[line 2]", "a key.")])),
+        ("secret_detected", ("", [])),
+        ("rejected", ("ERROR_REASON_X", "why.", [])),
+        ("rejected", ("", "why", [("text", "bad")])),
+        ("internal", ("abc",)),
+        ("internal", ("",)),
+        ("refused_after_failures", (3,)),
+        ("failures_left", (1, 3)),
+        ("failures_left", (3, 3)),
+        ("bad_arguments", (words.REWRITE, "p")),
+        ("bad_arguments", (words.SEARCH, "p")),
+        ("unknown_tool", ("memory_delete",)),
+        ("no_hits", ("acct-1",)),
+        ("search_failed", ("ERROR_REASON_X", "m.", [])),
+        ("why_matched", (1, 2)),
+        ("why_matched", (1, 0)),
+        ("why_matched", (0, 2)),
+        ("why_matched", (0, 0)),
+        ("hits_header", (1, "q")),
+        ("hits_header", (2, "q")),
+        ("hit", (1, "c", "t", "2026-11-02 10:00 UTC", "why", "text")),
+    ]
+    for name, args in calls:
+        assert getattr(words, name)(*args) == getattr(client_words, name)(*args), name
+
+
+class DownStore(InMemoryMemoryStore):
+    """A memory store whose database cannot be reached."""
+
+    def read(self, tenant_id: str, principal_id: str) -> PrincipalMemory:
+        raise MemoriaError(ErrorReason.STORE_UNAVAILABLE, "the database is unreachable")
+
+
+class DownCounter(InMemoryInspectionStore):
+    """An inspection store that cannot count (its database is unreachable)."""
+
+    def failed_writes(self, key: TurnKey) -> int:
+        raise MemoriaError(ErrorReason.STORE_UNAVAILABLE, "down")
+
+    def record_failed_write(self, key: TurnKey, record_time: datetime) -> int:
+        raise MemoriaError(ErrorReason.STORE_UNAVAILABLE, "down")
+
+
+class NoSearch:
+    """A search that must not be reached by these tests."""
+
+    def search(self, *args: object, **kwargs: object) -> list[object]:
+        raise AssertionError("no search expected")
+
+
+def calls(store: InMemoryMemoryStore, counter: InMemoryInspectionStore) -> ToolCalls:
+    blocks = MemoryBlocks(store, now, inspections=counter)
+    return ToolCalls(blocks, NoSearch(), counter, now)  # type: ignore[arg-type]
+
+
+def test_an_unreachable_block_store_is_worded_and_counted() -> None:
+    counter = InMemoryInspectionStore()
+    result = calls(DownStore(), counter).execute(
+        WHO, TURN, words.REWRITE, '{"text": "Preferred name: Ana"}'
+    )
+    assert result.text == f"{words.STORE_UNAVAILABLE}\n(Failed memory writes this turn: 1 of 3.)"
+    assert (result.is_error, result.outcome, result.error_reason) == (
+        True,
+        ToolOutcome.REFUSED,
+        ErrorReason.STORE_UNAVAILABLE,
+    )
+    assert counter.failed_writes(KEY) == 1
+
+
+def test_a_count_that_cannot_be_kept_still_lets_the_write_through_and_says_so() -> None:
+    store = InMemoryMemoryStore()
+    down = DownCounter()
+    saved = calls(store, down).execute(WHO, TURN, words.REWRITE, '{"text": "Likes tea"}')
+    assert saved.outcome is ToolOutcome.MEMORY_SAVED
+    empty = calls(store, down).execute(WHO, TURN, words.REWRITE, '{"text": ""}')
+    assert empty.text == f"{words.BLOCK_EMPTY}\n(Failed memory writes this turn: 1 of 3.)"
+
+
+def test_a_turn_of_its_own_counts_its_own_failures() -> None:
+    counter = InMemoryInspectionStore()
+    tool_calls = calls(InMemoryMemoryStore(), counter)
+    for _ in range(3):
+        tool_calls.execute(WHO, TURN, words.REWRITE, "{}")
+    capped = tool_calls.execute(WHO, TURN, words.REWRITE, '{"text": "x"}')
+    assert capped.outcome is ToolOutcome.FAILED_WRITES_EXHAUSTED
+    other = tool_calls.execute(WHO, TurnRef("conv-1", "2"), words.REWRITE, '{"text": "x"}')
+    assert other.outcome is ToolOutcome.MEMORY_SAVED
+    elsewhere = tool_calls.execute(Identity("t1", "ben"), TURN, words.REWRITE, '{"text": "x"}')
+    assert elsewhere.outcome is ToolOutcome.MEMORY_SAVED
