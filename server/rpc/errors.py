@@ -18,6 +18,8 @@ from memoria.v1 import error_reason_pb2
 from server.domain.errors import ErrorReason, Internal, MemoriaError
 
 ERROR_DOMAIN = "memoria.v1"
+LOCALE = "en-US"
+"""The locale of a LocalizedMessage: the model's words are written in English."""
 
 STATUS_OF: Mapping[ErrorReason, grpc.StatusCode] = {
     ErrorReason.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
@@ -65,7 +67,7 @@ def to_status(error: MemoriaError, localized: str | None = None) -> grpc.Status:
         )
         details.append(_pack(bad))
     if localized is not None:
-        details.append(_pack(error_details_pb2.LocalizedMessage(locale="en-US", message=localized)))
+        details.append(_pack(error_details_pb2.LocalizedMessage(locale=LOCALE, message=localized)))
     status = status_pb2.Status(
         code=getattr(code_pb2, code.name), message=error.message, details=details
     )

@@ -2,7 +2,9 @@
 
 Authentication runs before any handler, so a call without a confirmed identity touches no
 store. The identity reaches the servicer through a context variable that lives only for the
-call (gRPC runs each unary call on one pool thread).
+call (gRPC runs each unary call on one pool thread). A refused ExecuteToolCall (an unconfirmed
+identity, an unexpected error) also carries the words its model reads, as a LocalizedMessage
+(server/rpc/tool_refusals.py).
 
 It also gives every method, Memoria's and grpc's own (health, reflection), a clear answer to
 request bytes that do not decode: the request deserializer is wrapped so a decode failure

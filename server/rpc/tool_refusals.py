@@ -16,7 +16,6 @@ from server.domain.errors import ErrorReason, Internal, MemoriaError
 from server.domain.tool_calls import internal_words, unauthenticated_words
 
 EXECUTE_TOOL_CALL = "/memoria.v1.ModelToolService/ExecuteToolCall"
-LOCALE = "en-US"
 
 
 def refusal_words(method: str, request: Any, error: MemoriaError) -> str | None:

@@ -14,8 +14,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from google.rpc import error_details_pb2, status_pb2
 from jsonschema import Draft202012Validator
 
+from memoria.v1 import model_tool_service_pb2 as pb
 from memoria_client import arguments as client_arguments
 from memoria_client import wording as client_words
 from server.domain import model_words as words
@@ -29,6 +31,8 @@ from server.domain.tool_calls import (
     parse_rewrite,
     parse_search,
 )
+from server.rpc.errors import internal_error, to_status
+from server.rpc.tool_refusals import EXECUTE_TOOL_CALL, refusal_words
 from tests.fakes import InMemoryInspectionStore, InMemoryMemoryStore
 from tests.unit.test_tools import REWRITE_SAMPLES, SEARCH_SAMPLES
 
@@ -186,3 +190,22 @@ def test_a_turn_of_its_own_counts_its_own_failures() -> None:
     assert other.outcome is ToolOutcome.MEMORY_SAVED
     elsewhere = tool_calls.execute(Identity("t1", "ben"), TURN, words.REWRITE, '{"text": "x"}')
     assert elsewhere.outcome is ToolOutcome.MEMORY_SAVED
+
+
+def test_the_words_a_refused_call_carries_are_only_execute_tool_calls() -> None:
+    request = pb.ExecuteToolCallRequest(tool_name=words.SEARCH)
+    nobody = MemoriaError(ErrorReason.UNAUTHENTICATED, "no identity")
+    assert refusal_words(EXECUTE_TOOL_CALL, request, nobody) == words.SEARCH_UNAUTHENTICATED
+    internal = internal_error("0f" * 16)
+    assert refusal_words(EXECUTE_TOOL_CALL, request, internal) == words.internal("0f" * 16)
+    other = "/memoria.v1.MemoryBlockService/RewriteMemoryBlock"
+    assert refusal_words(other, request, nobody) is None
+    assert refusal_words(EXECUTE_TOOL_CALL, object(), nobody) is None  # undecodable bytes
+    invalid = MemoriaError(ErrorReason.INVALID_ARGUMENT, "no turn")
+    assert refusal_words(EXECUTE_TOOL_CALL, request, invalid) is None
+    status = to_status(internal, words.internal("0f" * 16))
+    ((_, encoded),) = status.trailing_metadata
+    message = error_details_pb2.LocalizedMessage()
+    details = status_pb2.Status.FromString(encoded).details
+    assert [d.Unpack(message) for d in details] == [False, True]
+    assert (message.locale, message.message) == ("en-US", words.internal("0f" * 16))
