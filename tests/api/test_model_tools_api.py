@@ -29,6 +29,7 @@ from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
 from server.domain import model_words as words
 from tests.api.conftest import (
     Api,
+    Metadata,
     expect_error,
     field_violations,
     server_settings,
@@ -49,7 +50,7 @@ def tools(api: Api) -> pb_grpc.ModelToolServiceStub:
 
 def execute(
     api: Api,
-    who: list[tuple[str, str]],
+    who: Metadata,
     tool: str,
     arguments: object,
     turn: block_pb.TurnReference = TURN,
@@ -74,12 +75,12 @@ def localized(error: grpc.RpcError) -> str:
         message = error_details_pb2.LocalizedMessage()
         if detail.Unpack(message):
             assert message.locale == "en-US"
-            return message.message
+            return str(message.message)
     raise AssertionError("no LocalizedMessage in the status details")
 
 
 def inspection(
-    api: Api, who: list[tuple[str, str]], turn: block_pb.TurnReference = TURN
+    api: Api, who: Metadata, turn: block_pb.TurnReference = TURN
 ) -> search_pb.TurnInspection:
     response = api.search.GetTurnInspection(
         search_pb.GetTurnInspectionRequest(turn=turn), metadata=who
@@ -438,7 +439,7 @@ def test_an_unavailable_index_reads_as_search_unavailable(
     running, channel = start_server(server_settings("sqlite", request, tmp_path), index=index)
     try:
         stub = pb_grpc.ModelToolServiceStub(channel)
-        who = [("x-memoria-tenant", "t-broken"), ("x-memoria-principal", "ana")]
+        who = (("x-memoria-tenant", "t-broken"), ("x-memoria-principal", "ana"))
         index.close()
         response = stub.ExecuteToolCall(
             pb.ExecuteToolCallRequest(
@@ -468,7 +469,7 @@ def test_an_unconfirmed_identity_touches_nothing_and_carries_the_models_words(ap
                 pb.ExecuteToolCallRequest(
                     turn=TURN, tool_name=tool, arguments_json='{"text": "x"}'
                 ),
-                metadata=[],
+                metadata=(),
             ),
             grpc.StatusCode.UNAUTHENTICATED,
             "ERROR_REASON_UNAUTHENTICATED",
@@ -477,14 +478,14 @@ def test_an_unconfirmed_identity_touches_nothing_and_carries_the_models_words(ap
     # A hostile tool name is quoted cut, so the words fit in the status's trailer.
     error = expect_error(
         lambda: stub.ExecuteToolCall(
-            pb.ExecuteToolCallRequest(turn=TURN, tool_name="x" * 70_000), metadata=[]
+            pb.ExecuteToolCallRequest(turn=TURN, tool_name="x" * 70_000), metadata=()
         ),
         grpc.StatusCode.UNAUTHENTICATED,
         "ERROR_REASON_UNAUTHENTICATED",
     )
     assert localized(error) == words.unknown_tool("x" * 64 + "…")
     expect_error(
-        lambda: stub.RenderPromptSection(pb.RenderPromptSectionRequest(), metadata=[]),
+        lambda: stub.RenderPromptSection(pb.RenderPromptSectionRequest(), metadata=()),
         grpc.StatusCode.UNAUTHENTICATED,
         "ERROR_REASON_UNAUTHENTICATED",
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from google.rpc import error_details_pb2, status_pb2
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]  # no stubs here
 
 from memoria.v1 import model_tool_service_pb2 as pb
 from memoria_client import arguments as client_arguments
