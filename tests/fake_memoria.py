@@ -1,8 +1,10 @@
 """A scripted stand-in for a Memoria server: fake servicers that answer as told.
 
-They answer with the exact statuses and google.rpc details the real server's error table
-builds, so a client's decoding runs for real on outcomes that are hard to provoke in a real
-server (a store outage, a full disk). Used by the turn adapter's and the client README's tests.
+ModelToolService and IndexTurn, answering with the exact statuses and google.rpc details the
+real server builds (a LocalizedMessage for the model), so an adapter's handling runs for real on
+outcomes hard to provoke in a real server (an unreachable service, a failed render). Used by the
+turn adapter's and the client README's tests; the real server's are tests/api and the
+conformance runners.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from grpc_status import rpc_status
 
 from memoria.v1 import conversation_search_service_pb2 as search_pb
 from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
-from memoria.v1 import memory_block_pb2 as block_pb
-from memoria.v1 import memory_block_service_pb2 as blocks_pb
-from memoria.v1 import memory_block_service_pb2_grpc as blocks_grpc
+from memoria.v1 import model_tool_service_pb2 as tools_pb
+from memoria.v1 import model_tool_service_pb2_grpc as tools_grpc
+from server.domain import model_words
 
 WHO = [("x-memoria-tenant", "acme"), ("x-memoria-principal", "ana")]
 
@@ -51,64 +53,101 @@ def failure(
     )
 
 
-def _pack(message: error_details_pb2.ErrorInfo | error_details_pb2.BadRequest) -> any_pb2.Any:
+def _pack(
+    message: error_details_pb2.ErrorInfo
+    | error_details_pb2.BadRequest
+    | error_details_pb2.LocalizedMessage,
+) -> any_pb2.Any:
     packed = any_pb2.Any()
     packed.Pack(message)
     return packed
+
+
+def localized(code: grpc.StatusCode, reason: str, words: str) -> grpc.Status:
+    """A failed ExecuteToolCall as the server sends it: ErrorInfo, then the model's words."""
+    info = error_details_pb2.ErrorInfo(reason=reason, domain="memoria.v1")
+    message = error_details_pb2.LocalizedMessage(locale="en-US", message=words)
+    return rpc_status.to_status(
+        status_pb2.Status(
+            code=getattr(code_pb2, code.name),
+            message="refused",
+            details=[_pack(info), _pack(message)],
+        )
+    )
+
+
+def model_tools() -> tools_pb.GetModelToolsResponse:
+    """GetModelTools' answer, from the server's one definition (server/domain/model_words)."""
+    return tools_pb.GetModelToolsResponse(
+        tools=[
+            tools_pb.ModelTool(
+                name=tool.name,
+                description=tool.description,
+                parameters_json_schema=tool.parameters_json(),
+                unreachable_text=model_words.UNREACHABLE_TEXT[tool.name],
+            )
+            for tool in model_words.TOOLS
+        ],
+        base_instructions=model_words.BASE_INSTRUCTIONS,
+        unavailable_prompt_section=model_words.UNAVAILABLE_PROMPT_SECTION,
+        rewrite_refused_unseen_text=model_words.REWRITE_BLOCK_UNSEEN,
+    )
 
 
 @dataclass
 class Script:
     """What the fake server answers, and what it was asked."""
 
-    section: str = ""
-    render: grpc.Status | None = None  # RenderMemoryBlock's refusal, if any
-    rewrite: blocks_pb.RewriteMemoryBlockResponse | grpc.Status | None = None
-    search: search_pb.SearchConversationsResponse | grpc.Status | None = None
+    section: str = model_words.prompt_section(model_words.EMPTY_BLOCK)
+    render: grpc.Status | None = None  # RenderPromptSection's refusal, if any
+    # ExecuteToolCall's answer (the same for every call until changed).
+    execute: tools_pb.ExecuteToolCallResponse | grpc.Status = field(
+        default_factory=tools_pb.ExecuteToolCallResponse
+    )
     # IndexTurn's refusals, by conversation id (every other turn is accepted).
     index_refusals: dict[str, grpc.Status] = field(default_factory=dict)
-    rewrites: list[blocks_pb.RewriteMemoryBlockRequest] = field(default_factory=list)
-    searches: list[search_pb.SearchConversationsRequest] = field(default_factory=list)
+    tool_fetches: int = 0
+    renders: list[tools_pb.RenderPromptSectionRequest] = field(default_factory=list)
+    calls: list[tools_pb.ExecuteToolCallRequest] = field(default_factory=list)
     indexed: list[search_pb.IndexTurnRequest] = field(default_factory=list)
     metadata: list[dict[str, str]] = field(default_factory=list)
 
 
-class Blocks(blocks_grpc.MemoryBlockServiceServicer):
+class ModelTools(tools_grpc.ModelToolServiceServicer):
     def __init__(self, script: Script) -> None:
         self.script = script
 
-    def RenderMemoryBlock(
-        self, request: blocks_pb.RenderMemoryBlockRequest, context: grpc.ServicerContext
-    ) -> blocks_pb.RenderMemoryBlockResponse:
+    def GetModelTools(
+        self, request: tools_pb.GetModelToolsRequest, context: grpc.ServicerContext
+    ) -> tools_pb.GetModelToolsResponse:
         self.script.metadata.append(dict(context.invocation_metadata()))  # type: ignore[arg-type]
+        self.script.tool_fetches += 1
+        return model_tools()
+
+    def RenderPromptSection(
+        self, request: tools_pb.RenderPromptSectionRequest, context: grpc.ServicerContext
+    ) -> tools_pb.RenderPromptSectionResponse:
+        self.script.metadata.append(dict(context.invocation_metadata()))  # type: ignore[arg-type]
+        self.script.renders.append(request)
         if self.script.render is not None:
             context.abort_with_status(self.script.render)
-        return blocks_pb.RenderMemoryBlockResponse(prompt_section=self.script.section)
+        return tools_pb.RenderPromptSectionResponse(prompt_section=self.script.section)
 
-    def RewriteMemoryBlock(
-        self, request: blocks_pb.RewriteMemoryBlockRequest, context: grpc.ServicerContext
-    ) -> blocks_pb.RewriteMemoryBlockResponse:
-        self.script.rewrites.append(request)
-        answer = self.script.rewrite
+    def ExecuteToolCall(
+        self, request: tools_pb.ExecuteToolCallRequest, context: grpc.ServicerContext
+    ) -> tools_pb.ExecuteToolCallResponse:
+        self.script.metadata.append(dict(context.invocation_metadata()))  # type: ignore[arg-type]
+        self.script.calls.append(request)
+        answer = self.script.execute
         if isinstance(answer, grpc.Status):
             context.abort_with_status(answer)
-        assert answer is not None
+        assert isinstance(answer, tools_pb.ExecuteToolCallResponse)
         return answer
 
 
 class Search(search_grpc.ConversationSearchServiceServicer):
     def __init__(self, script: Script) -> None:
         self.script = script
-
-    def SearchConversations(
-        self, request: search_pb.SearchConversationsRequest, context: grpc.ServicerContext
-    ) -> search_pb.SearchConversationsResponse:
-        self.script.searches.append(request)
-        answer = self.script.search
-        if isinstance(answer, grpc.Status):
-            context.abort_with_status(answer)
-        assert answer is not None
-        return answer
 
     def IndexTurn(
         self, request: search_pb.IndexTurnRequest, context: grpc.ServicerContext
@@ -127,8 +166,8 @@ def scripted_server() -> Iterator[tuple[Script, grpc.Channel, int]]:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     # The generated stubs declare every method abstract; at run time the generated base
     # answers UNIMPLEMENTED for the methods a fake does not script.
-    blocks_grpc.add_MemoryBlockServiceServicer_to_server(
-        Blocks(script),  # type: ignore[abstract]
+    tools_grpc.add_ModelToolServiceServicer_to_server(
+        ModelTools(script),  # type: ignore[abstract]
         server,
     )
     search_grpc.add_ConversationSearchServiceServicer_to_server(
@@ -145,10 +184,6 @@ def scripted_server() -> Iterator[tuple[Script, grpc.Channel, int]]:
         server.stop(0)
 
 
-def saved_response(
-    text: str, removed: list[str], added: list[str], changed: bool = True
-) -> blocks_pb.RewriteMemoryBlockResponse:
-    block = block_pb.MemoryBlock(text=text, char_count=len(text), char_limit=4000, etag="e")
-    return blocks_pb.RewriteMemoryBlockResponse(
-        memory_block=block, removed_lines=removed, added_lines=added, changed=changed
-    )
+def answer(text: str, is_error: bool = False) -> tools_pb.ExecuteToolCallResponse:
+    """An ExecuteToolCall answer (the outcome is the backend's, never read by an adapter)."""
+    return tools_pb.ExecuteToolCallResponse(text=text, is_error=is_error)

@@ -102,7 +102,9 @@ async def _exercise(session: ClientSession, api: Api, metadata: Metadata) -> Non
     assert [str(r.uri) for r in resources.resources] == [PROMPT_SECTION_URI]
     read = await session.read_resource(PROMPT_SECTION_URI)
     [contents] = read.contents
-    expected = MemoriaTurnAdapter(api.channel, metadata).system_prompt_section()
+    adapter = MemoriaTurnAdapter(api.channel, metadata)
+    adapter.start_turn("c-check", "1")
+    expected = adapter.prompt_section()
     assert getattr(contents, "text", None) == expected
     assert expected.endswith(f"characters)\n{block}")  # the block comes last
 
@@ -202,10 +204,14 @@ class _Adapter:
     """Counts the turns started, in place of a MemoriaTurnAdapter."""
 
     def __init__(self) -> None:
-        self.turns = 0
+        self.started: list[tuple[str, str]] = []
 
-    def start_turn(self) -> None:
-        self.turns += 1
+    @property
+    def turns(self) -> int:
+        return len(self.started)
+
+    def start_turn(self, conversation_id: str, turn_id: str) -> None:
+        self.started.append((conversation_id, turn_id))
 
 
 def test_stdio_turns_start_after_a_quiet_gap_or_a_read_of_the_section() -> None:
@@ -222,6 +228,10 @@ def test_stdio_turns_start_after_a_quiet_gap_or_a_read_of_the_section() -> None:
     assert adapter.turns == 2  # after a quiet minute: the person's next message
     turns.new_turn()
     assert adapter.turns == 3
+    # One conversation for the session, its turns numbered: each call names its turn.
+    (conversation,) = {c for c, _ in adapter.started}
+    assert conversation.startswith("mcp-")
+    assert [t for _, t in adapter.started] == ["1", "2", "3"]
 
 
 # ---- streamable HTTP, bearer tokens checked by Memoria ----

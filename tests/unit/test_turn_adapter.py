@@ -1,8 +1,10 @@
-"""MemoriaTurnAdapter against a scripted gRPC server: what the model reads for every outcome.
+"""MemoriaTurnAdapter against a scripted gRPC server: a thin layer that words nothing itself.
 
-tests/fake_memoria.py answers with the exact statuses and details the real server sends
-(including reasons hard to provoke in a real server, such as STORE_UNAVAILABLE), so the
-adapter's decoding runs for real. The real server's loop is tests/api/test_model_loop.py.
+tests/fake_memoria.py answers ModelToolService as the real server does (including a
+LocalizedMessage on a failed call, and outcomes hard to provoke in a real server: a service
+that cannot be reached, a render that fails), so the adapter's handling runs for real. What
+the model reads for each outcome is the server's, checked word for word by the conformance
+data (tests/conformance) and tests/api/test_model_loop.py.
 """
 
 from __future__ import annotations
@@ -13,12 +15,10 @@ from datetime import UTC, datetime
 
 import grpc
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
-from memoria.v1 import conversation_search_service_pb2 as search_pb
-from memoria.v1 import memory_block_pb2 as block_pb
-from memoria_client import MemoriaTurnAdapter, ToolResult, base_system_prompt, wording
-from tests.fake_memoria import WHO, Script, failure, saved_response, scripted_server
+from memoria_client import SHAPES, MemoriaTurnAdapter, ToolResult, load_tools
+from server.domain import model_words
+from tests.fake_memoria import WHO, Script, answer, failure, localized, scripted_server
 
 
 @dataclass
@@ -34,311 +34,143 @@ def served() -> Iterator[Served]:
         yield Served(script, channel, MemoriaTurnAdapter(channel, WHO, timeout=10))
 
 
-def test_section_is_the_base_instructions_then_the_block_last(served: Served) -> None:
-    served.script.section = "Personal memory (19/4,000 characters)\nPreferred name: Ana"
-    section = served.adapter.system_prompt_section()
-    assert section == base_system_prompt() + "\n\n" + served.script.section
-    assert served.adapter.render_block() == served.script.section
+def turn_of(request: object) -> tuple[str, str]:
+    turn = request.turn  # type: ignore[attr-defined]
+    return turn.conversation_id, turn.turn_id
+
+
+def test_the_tools_are_fetched_once_and_given_in_every_provider_shape(served: Served) -> None:
+    assert served.script.tool_fetches == 1
     assert served.script.metadata[0]["x-memoria-principal"] == "ana"
+    for shape in SHAPES:
+        # The packaged tools/ files are rendered from the same definition the server serves.
+        assert served.adapter.tools(shape) == load_tools(shape)
+    other = served.adapter.for_identity(
+        [("x-memoria-tenant", "acme"), ("x-memoria-principal", "bo")]
+    )
+    assert other.tools("anthropic_messages") == load_tools("anthropic_messages")
+    assert served.script.tool_fetches == 1  # another person's adapter shares the fetch
 
 
-def test_section_without_a_block_says_nothing_is_remembered(served: Served) -> None:
-    section = served.adapter.system_prompt_section()
-    assert section.endswith("\n\n" + wording.EMPTY_BLOCK)
+def test_nothing_is_called_outside_a_turn(served: Served) -> None:
+    with pytest.raises(RuntimeError, match="start_turn"):
+        served.adapter.prompt_section()
+    with pytest.raises(RuntimeError, match="start_turn"):
+        served.adapter.execute("memory_rewrite", {"text": "x"})
+    with pytest.raises(RuntimeError, match="start_turn"):
+        served.adapter.finish_turn("q", "a")
+    assert served.script.renders == [] and served.script.calls == []
 
 
-def test_an_unloadable_block_says_so_and_writes_wait_for_a_render(served: Served) -> None:
-    served.script.render = failure(grpc.StatusCode.UNAVAILABLE, "ERROR_REASON_STORE_UNAVAILABLE")
-    section = served.adapter.system_prompt_section()
-    assert section == base_system_prompt() + "\n\n" + wording.BLOCK_UNAVAILABLE
-    with pytest.raises(grpc.RpcError):
-        served.adapter.render_block()  # the bare render reports the failure as it is
+def test_the_section_is_the_servers_for_the_turn(served: Served) -> None:
+    served.script.section = "the server's section"
+    served.adapter.start_turn("c-1", "7")
+    assert served.adapter.prompt_section() == "the server's section"
+    assert served.adapter.system_prompt_section() == "the server's section"  # the old name
+    assert [turn_of(r) for r in served.script.renders] == [("c-1", "7"), ("c-1", "7")]
+
+
+def test_a_call_is_passed_through_with_its_turn_and_answered_with_the_servers_words(
+    served: Served,
+) -> None:
+    served.script.execute = answer("the server's words", is_error=True)
+    served.adapter.start_turn("c-1", "2")
+    result = served.adapter.execute("memory_rewrite", '{"text": "Ana"}')
+    assert result == ToolResult("the server's words", is_error=True)
+    # An object (Anthropic, MCP) is sent as compact JSON; a name the server does not know too.
+    served.script.execute = answer("saved")
+    assert served.adapter.execute("memory_delete", {"text": "Ana é"}) == ToolResult("saved", False)
+    first, second = served.script.calls
+    assert (first.tool_name, first.arguments_json) == ("memory_rewrite", '{"text": "Ana"}')
+    assert (second.tool_name, second.arguments_json) == ("memory_delete", '{"text":"Ana é"}')
+    assert [turn_of(r) for r in served.script.calls] == [("c-1", "2"), ("c-1", "2")]
+
+
+def test_an_unloadable_section_is_the_servers_words_and_writes_wait_for_a_render(
+    served: Served,
+) -> None:
+    served.script.render = failure(grpc.StatusCode.UNAVAILABLE)
+    served.adapter.start_turn("c-1", "1")
+    assert served.adapter.prompt_section() == model_words.UNAVAILABLE_PROMPT_SECTION
     refused = served.adapter.execute("memory_rewrite", {"text": "Preferred name: Ana"})
-    assert refused == ToolResult(wording.REWRITE_BLOCK_UNSEEN, is_error=True)
-    assert served.script.rewrites == []
+    assert refused == ToolResult(model_words.REWRITE_BLOCK_UNSEEN, is_error=True)
+    assert served.script.calls == []  # refused without a call
+    served.script.execute = answer("no hits")
+    assert served.adapter.execute("conversation_search", {"query": "x"}).text == "no hits"
+    # The next turn's section loads: writes go through again.
     served.script.render = None
-    served.adapter.system_prompt_section()
-    served.script.rewrite = saved_response("Preferred name: Ana", [], ["Preferred name: Ana"])
-    assert not served.adapter.execute("memory_rewrite", {"text": "Preferred name: Ana"}).is_error
-    assert len(served.script.rewrites) == 1
-
-
-def test_saved_write_lists_removed_and_added_lines_and_is_final(served: Served) -> None:
-    served.script.rewrite = saved_response(
-        "Preferred name: Ana B.\nLikes short answers",
-        ["Preferred name: Ana"],
-        ["Preferred name: Ana B."],
-    )
-    result = served.adapter.execute(
-        "memory_rewrite", '{"text": "Preferred name: Ana B.\\nLikes short answers"}'
-    )
-    assert result == ToolResult(
-        "Saved. The memory block now has 42/4,000 characters.\n"
-        "Removed lines (check that each removal was intended):\n"
-        "- Preferred name: Ana\n"
-        "Added lines:\n"
-        "+ Preferred name: Ana B.\n"
-        "This write is done: do not call memory_rewrite again for it. Only if a removal above "
-        "was not intended, call it once more with that line restored.",
-        is_error=False,
-    )
-    (request,) = served.script.rewrites
-    assert request.text == "Preferred name: Ana B.\nLikes short answers"
-    assert request.writer == block_pb.WRITER_MODEL
-    assert not request.HasField("etag")  # the model's path: last write wins
-
-
-def test_unchanged_write_says_nothing_changed(served: Served) -> None:
-    served.script.rewrite = saved_response("Preferred name: Ana", [], [], changed=False)
-    result = served.adapter.execute("memory_rewrite", {"text": "Preferred name: Ana"})
-    assert not result.is_error
-    assert result.text.startswith("Nothing changed: the text is identical")
-    assert "(19/4,000 characters)" in result.text
-    assert "Do not call memory_rewrite again" in result.text
-
-
-INVALID = grpc.StatusCode.INVALID_ARGUMENT
+    served.adapter.start_turn("c-1", "2")
+    served.adapter.prompt_section()
+    served.script.execute = answer("saved")
+    assert served.adapter.execute("memory_rewrite", {"text": "Ana"}).text == "saved"
 
 
 @pytest.mark.parametrize(
-    ("status", "expected"),
+    ("tool", "words"),
     [
-        (
-            failure(
-                INVALID,
-                "ERROR_REASON_BLOCK_TOO_LONG",
-                {"char_count": "4321", "char_limit": "4000"},
-            ),
-            wording.too_long(4321, 4000),
-        ),
-        (failure(INVALID, "ERROR_REASON_BLOCK_EMPTY"), wording.BLOCK_EMPTY),
-        (
-            failure(grpc.StatusCode.FAILED_PRECONDITION, "ERROR_REASON_MEMORY_DISABLED"),
-            wording.MEMORY_DISABLED,
-        ),
-        (
-            failure(grpc.StatusCode.UNAVAILABLE, "ERROR_REASON_STORE_UNAVAILABLE"),
-            wording.STORE_UNAVAILABLE,
-        ),
-        (
-            failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "ERROR_REASON_STORAGE_FULL"),
-            wording.STORAGE_FULL,
-        ),
-        (
-            failure(grpc.StatusCode.ABORTED, "ERROR_REASON_WRITE_CONFLICT"),
-            wording.WRITE_CONFLICT,
-        ),
-        (
-            failure(grpc.StatusCode.UNAUTHENTICATED, "ERROR_REASON_UNAUTHENTICATED"),
-            wording.REWRITE_UNAUTHENTICATED,
-        ),
-        (
-            failure(grpc.StatusCode.INTERNAL, "ERROR_REASON_INTERNAL", {"trace_id": "abc123"}),
-            wording.internal("abc123"),
-        ),
-        # A status without details: the service was not reached (a proxy, a dead connection).
-        (failure(grpc.StatusCode.UNAVAILABLE), wording.UNREACHABLE_WRITE),
-        # Past the server's 1 MiB message limit, refused before any rule ran.
-        (failure(grpc.StatusCode.RESOURCE_EXHAUSTED), wording.too_long(None, None)),
+        ("memory_rewrite", model_words.UNREACHABLE_WRITE),
+        ("conversation_search", model_words.SEARCH_UNAVAILABLE),
     ],
 )
-def test_each_refusal_has_its_wording(served: Served, status: grpc.Status, expected: str) -> None:
-    served.script.rewrite = status
-    result = served.adapter.execute("memory_rewrite", {"text": "x"})
-    assert result == ToolResult(f"{expected}\n(Failed memory writes this turn: 1 of 3.)", True)
+@pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED])
+def test_a_call_without_an_answer_reads_the_fetched_unreachable_words(
+    served: Served, tool: str, words: str, code: grpc.StatusCode
+) -> None:
+    served.script.execute = failure(code)
+    served.adapter.start_turn("c-1", "1")
+    assert served.adapter.execute(tool, {"query": "x"}) == ToolResult(words, is_error=True)
 
 
-def test_too_long_gives_the_count_the_limit_and_what_to_do() -> None:
-    text = wording.too_long(4321, 4000)
-    assert "4,321 characters and the limit is 4,000 (321 over)" in text
-    assert "Nothing was cut and the stored block is unchanged" in text
-    assert "call memory_rewrite again with the whole shortened block" in text
-
-
-def test_secret_names_the_line_and_kind_never_the_secret(served: Served) -> None:
-    served.script.rewrite = failure(
-        INVALID,
-        "ERROR_REASON_SECRET_DETECTED",
-        {"secret_types": "api_key"},
-        [("text[line 2]", "looks like an API key")],
+def test_a_refused_call_reads_the_servers_localized_message(served: Served) -> None:
+    served.script.execute = localized(
+        grpc.StatusCode.UNAUTHENTICATED, "ERROR_REASON_UNAUTHENTICATED", "not confirmed"
     )
-    result = served.adapter.execute("memory_rewrite", {"text": "Name: Ana\nkey sk-123"})
-    assert result.is_error
-    assert "credential (api_key) - text[line 2]: looks like an API key" in result.text
-    assert "sk-123" not in result.text
-
-
-def test_other_field_violations_are_named(served: Served) -> None:
-    served.script.rewrite = failure(
-        INVALID, "ERROR_REASON_INVALID_ARGUMENT", violations=[("text", "must be valid.")]
-    )
-    result = served.adapter.execute("memory_rewrite", {"text": "x"})
-    assert result.text.startswith("Not saved (ERROR_REASON_INVALID_ARGUMENT): text: must be valid.")
-
-
-@pytest.mark.parametrize(
-    ("arguments", "problem"),
-    [
-        ({}, "the required argument `text` is missing"),
-        ({"text": 5}, "`text` must be a string, not a number"),
-        ({"text": "a", "append": True}, "unknown argument(s): append"),
-        ("{not json", "the arguments are not valid JSON"),
-        ('["a"]', "the arguments must be a JSON object"),
-        ('{"text": "Name: \\ud800"}', "`text` contains an invalid character"),
-    ],
-)
-def test_malformed_writes_make_no_call(served: Served, arguments: object, problem: str) -> None:
-    result = served.adapter.execute("memory_rewrite", arguments)  # type: ignore[arg-type]
-    assert result.is_error
-    assert result.text.startswith(f"Not sent: {problem}")
-    assert "takes exactly one argument, `text`" in result.text
-    assert served.script.rewrites == []
-
-
-def test_fourth_failed_write_of_a_turn_is_refused_without_a_call(served: Served) -> None:
-    served.script.rewrite = failure(
-        INVALID, "ERROR_REASON_BLOCK_TOO_LONG", {"char_count": "4100", "char_limit": "4000"}
-    )
-    texts = [served.adapter.execute("memory_rewrite", {"text": "x"}).text for _ in range(3)]
-    assert texts[2].endswith("(Failed memory writes this turn: 3 of 3; no more will be sent.)")
-    assert len(served.script.rewrites) == 3
-    fourth = served.adapter.execute("memory_rewrite", {"text": "y"})
-    assert fourth == ToolResult(wording.refused_after_failures(3), is_error=True)
-    assert len(served.script.rewrites) == 3
-    # The next turn may write again.
-    served.adapter.start_turn()
-    served.script.rewrite = saved_response("y", [], ["y"])
-    assert not served.adapter.execute("memory_rewrite", {"text": "y"}).is_error
-    assert len(served.script.rewrites) == 4
-
-
-def test_malformed_calls_count_as_failed_writes_and_finish_turn_resets(served: Served) -> None:
-    for _ in range(3):
-        served.adapter.execute("memory_rewrite", {"txt": "x"})
-    assert served.adapter.execute("memory_rewrite", {"text": "x"}).text == (
-        wording.refused_after_failures(3)
-    )
-    served.adapter.finish_turn("c", "1", "q", "a")
-    assert served.adapter.flush(timeout=10) == 0
-    served.script.rewrite = saved_response("x", [], ["x"])
-    assert not served.adapter.execute("memory_rewrite", {"text": "x"}).is_error
-
-
-def test_the_failed_write_budget_is_configurable(served: Served) -> None:
-    served.script.rewrite = failure(INVALID, "ERROR_REASON_BLOCK_EMPTY")
-    adapter = MemoriaTurnAdapter(served.channel, WHO, max_failed_writes_per_turn=1)
-    assert adapter.execute("memory_rewrite", {"text": " "}).is_error
-    assert adapter.execute("memory_rewrite", {"text": " "}).text == (
-        wording.refused_after_failures(1)
-    )
-    assert len(served.script.rewrites) == 1
-    with pytest.raises(ValueError):
-        MemoriaTurnAdapter(served.channel, WHO, max_failed_writes_per_turn=0)
-
-
-def test_unknown_tool_makes_no_call(served: Served) -> None:
-    result = served.adapter.execute("memory_delete", {})
-    assert result == ToolResult(wording.unknown_tool("memory_delete"), is_error=True)
-    assert served.script.rewrites == [] and served.script.searches == []
-
-
-def hit(
-    conversation: str, turn: str, text: str, keyword: int, semantic: int
-) -> search_pb.SearchHit:
-    when = Timestamp()
-    when.FromDatetime(datetime(2026, 11, 2, 10, 0, tzinfo=UTC))
-    return search_pb.SearchHit(
-        conversation_id=conversation,
-        turn_id=turn,
-        text=text,
-        turn_time=when,
-        keyword_rank=keyword,
-        semantic_rank=semantic,
+    served.adapter.start_turn("c-1", "1")
+    assert served.adapter.execute("conversation_search", {"query": "x"}) == ToolResult(
+        "not confirmed", is_error=True
     )
 
 
-def test_search_hits_show_conversation_date_text_and_why(served: Served) -> None:
-    served.script.search = search_pb.SearchConversationsResponse(
-        hits=[hit("c-1", "1", "To acct-4821.", 1, 2), hit("c-7", "3", "Refunds...", 0, 1)]
+def test_the_backends_own_mistake_is_raised_not_read_to_the_model(served: Served) -> None:
+    served.script.execute = failure(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "ERROR_REASON_INVALID_ARGUMENT",
+        violations=[("turn.turn_id", "must not be empty")],
     )
-    result = served.adapter.execute("conversation_search", {"query": "acct-4821", "max_turns": 5})
-    assert result == ToolResult(
-        "2 past turns matched 'acct-4821', best first:\n\n"
-        "[1] conversation c-1, turn 1, 2026-11-02 10:00 UTC; matched by keywords (rank 1) and "
-        "meaning (rank 2)\nTo acct-4821.\n\n"
-        "[2] conversation c-7, turn 3, 2026-11-02 10:00 UTC; matched by meaning only (rank 1)\n"
-        "Refunds...",
-        is_error=False,
-    )
-    assert served.script.searches[0].query == "acct-4821"
-    assert served.script.searches[0].page_size == 5
+    served.adapter.start_turn("c-1", "")
+    with pytest.raises(grpc.RpcError):
+        served.adapter.execute("memory_rewrite", {"text": "x"})
 
 
-def test_search_without_max_turns_asks_for_the_server_default(served: Served) -> None:
-    served.script.search = search_pb.SearchConversationsResponse()
-    result = served.adapter.execute("conversation_search", '{"query": "refund"}')
-    assert result == ToolResult(wording.no_hits("refund"), is_error=False)
-    assert served.script.searches[0].page_size == 0
-
-
-@pytest.mark.parametrize(
-    "arguments",
-    [
-        {},
-        {"query": ""},
-        {"query": "  "},
-        {"query": "a", "max_turns": 99},
-        {"q": "a"},
-        '{"query": "\\udfff"}',
-    ],
-)
-def test_malformed_searches_make_no_call(served: Served, arguments: object) -> None:
-    result = served.adapter.execute("conversation_search", arguments)  # type: ignore[arg-type]
-    assert result.is_error and result.text.startswith("Not sent: ")
-    assert served.script.searches == []
-
-
-def test_unconfirmed_identity_gives_an_empty_search_result(served: Served) -> None:
-    served.script.search = failure(grpc.StatusCode.UNAUTHENTICATED, "ERROR_REASON_UNAUTHENTICATED")
-    result = served.adapter.execute("conversation_search", {"query": "refund"})
-    assert result == ToolResult(wording.SEARCH_UNAUTHENTICATED, is_error=False)
-
-
-def test_search_outage_fails_loudly(served: Served) -> None:
-    served.script.search = failure(grpc.StatusCode.UNAVAILABLE, "ERROR_REASON_STORE_UNAVAILABLE")
-    result = served.adapter.execute("conversation_search", {"query": "refund"})
-    assert result == ToolResult(wording.SEARCH_UNAVAILABLE, is_error=True)
-
-
-def test_refused_search_names_the_field(served: Served) -> None:
-    served.script.search = failure(
-        INVALID, "ERROR_REASON_INVALID_ARGUMENT", violations=[("query", "at most 4,000.")]
-    )
-    result = served.adapter.execute("conversation_search", {"query": "x"})
-    assert (
-        result.text
-        == "Search failed (ERROR_REASON_INVALID_ARGUMENT): query: at most 4,000. Nothing was found."
-    )
-
-
-def test_finish_turn_sends_the_turn_without_waiting(served: Served) -> None:
+def test_finish_turn_sends_the_turn_without_waiting_and_ends_it(served: Served) -> None:
     when = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
-    served.adapter.finish_turn("c-9", "4", "Which account?", "acct-4821", turn_time=when)
+    served.adapter.start_turn("c-9", "4")
+    served.adapter.finish_turn("Which account?", "acct-4821", turn_time=when)
     assert served.adapter.flush(timeout=10) == 0
     (request,) = served.script.indexed
     assert (request.conversation_id, request.turn_id) == ("c-9", "4")
     assert (request.question, request.answer) == ("Which account?", "acct-4821")
     assert request.turn_time.ToDatetime(tzinfo=UTC) == when
     assert request.wait is False
+    with pytest.raises(RuntimeError, match="start_turn"):
+        served.adapter.execute("memory_rewrite", {"text": "x"})
 
 
 def test_flush_counts_turns_that_were_not_accepted(served: Served) -> None:
     served.script.index_refusals["gone"] = failure(
         grpc.StatusCode.FAILED_PRECONDITION, "ERROR_REASON_CONVERSATION_DELETED"
     )
-    served.adapter.finish_turn("gone", "1", "q", "a")
+    served.adapter.start_turn("gone", "1")
+    served.adapter.finish_turn("q", "a")
     # A later turn (accepted) does not make the earlier failure disappear.
-    served.adapter.finish_turn("c", "2", "q", "a")
+    served.adapter.start_turn("c", "2")
+    served.adapter.finish_turn("q", "a")
     assert served.adapter.flush(timeout=10) == 1
     assert served.adapter.flush(timeout=10) == 0  # nothing left in flight
     assert sorted(r.conversation_id for r in served.script.indexed) == ["c", "gone"]
+
+
+def test_an_adapter_cannot_be_made_without_the_tools() -> None:
+    # No local copy of any words: without GetModelTools' answer there is no adapter.
+    with grpc.insecure_channel("127.0.0.1:1") as channel, pytest.raises(grpc.RpcError):
+        MemoriaTurnAdapter(channel, WHO, timeout=5)

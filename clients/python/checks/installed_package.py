@@ -35,15 +35,18 @@ def main() -> None:
     channel = grpc.insecure_channel(os.environ["MEMORIA_SERVER"])
     who = [("x-memoria-tenant", f"pkg-{uuid.uuid4().hex[:8]}"), ("x-memoria-principal", "ana")]
     adapter = MemoriaTurnAdapter(channel, who)
+    for shape in SHAPES:
+        assert adapter.tools(shape) == load_tools(shape), shape
+    adapter.start_turn("c-1", "1")
     saved = adapter.execute("memory_rewrite", '{"text": "Preferred name: Ana"}')
     assert not saved.is_error and "+ Preferred name: Ana" in saved.text, saved
-    section = adapter.system_prompt_section()
+    section = adapter.prompt_section()
     assert section.endswith("\nPreferred name: Ana"), section
     missing = adapter.execute("memory_rewrite", "{}")
     assert missing.is_error and missing.text.startswith("Not sent:"), missing
     found = adapter.execute("conversation_search", {"query": "anything"})
     assert not found.is_error and found.text.startswith("No past conversation matched"), found
-    adapter.finish_turn("c-1", "1", "Call me Ana.", "I will, Ana.")
+    adapter.finish_turn("Call me Ana.", "I will, Ana.")
     assert adapter.flush(timeout=30) == 0
     channel.close()
     print(f"ok installed memoria-client ({site})")

@@ -4,7 +4,7 @@ An MCP host (Claude Desktop, an IDE, an agent framework) connects to this proces
 calling Memoria's gRPC API itself. It is a client of a running Memoria server (`--server`) built
 on the official MCP Python SDK's low-level server, so the tools keep exactly the descriptions and
 JSON Schemas of `tools/memoria_tools.json`, and every result is the turn adapter's wording
-(`memoria_client.wording`) with MCP's `isError` set as the adapter says.
+(the server's words, through ModelToolService) with MCP's `isError` set as the server says.
 
 - Tools `memory_rewrite` and `conversation_search`, executed by `MemoriaTurnAdapter.execute`.
 - Resource `memoria://memory/prompt-section`: the base memory instructions and the person's
@@ -17,10 +17,12 @@ trusted headers, for a Memoria on loopback or behind a mesh). Over streamable HT
 request reaches the MCP session, and then sent with every call made for that request: a request
 without a token, or with one Memoria refuses, gets HTTP 401 and calls nothing.
 
-MCP has no turn boundary this server could see. Over stdio the turns of the one person are told
-apart by `_StdioTurns` (a read of the prompt section, or a quiet gap), so the adapter's cap on
-failed memory writes per turn holds; over stateless HTTP it holds per tool call. An agent loop
-that knows its turns should use the adapter directly.
+MCP has no turn boundary this server could see, yet every call names a turn (the server counts
+failed writes per turn and records what each turn read and wrote). Over stdio the session is one
+conversation (`mcp-<random>`) whose turns (1, 2, ...) are told apart by `_StdioTurns` (a read of
+the prompt section, or a quiet gap); over stateless HTTP each request is a turn of its own. MCP
+cannot send a finished turn, so these turns are never indexed for conversation_search: an agent
+loop that knows its turns should use the adapter directly.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +57,8 @@ from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.routing import Route
 
+from memoria.v1 import model_tool_service_pb2 as tools_pb
+from memoria.v1 import model_tool_service_pb2_grpc as tools_grpc
 from memoria_client.adapter import MemoriaTurnAdapter
 from memoria_client.mcp_cli import HTTP_PATH
 from memoria_client.tool_files import base_system_prompt, load_source
@@ -105,14 +110,19 @@ def _instructions() -> str:
     )
 
 
+def _conversation_id() -> str:
+    """A fresh conversation id for the turns of one MCP session (or one HTTP request)."""
+    return f"mcp-{uuid.uuid4().hex[:16]}"
+
+
 class _StdioTurns:
     """Turn boundaries for the one person of a stdio session, which MCP does not signal.
 
-    A new turn starts when the host reads the prompt section (hosts that follow the
-    instructions do so once per turn) or when no tool call came for `gap` seconds (a model's
-    calls within one turn follow each other within seconds; the person's next message takes
-    longer). So the adapter's cap on failed memory writes per turn still stops a model stuck
-    in a retry loop, and a refusal never outlasts a quiet minute.
+    The session is one conversation; a new turn starts when the host reads the prompt section
+    (hosts that follow the instructions do so once per turn) or when no tool call came for
+    `gap` seconds (a model's calls within one turn follow each other within seconds; the
+    person's next message takes longer). So the server's cap on failed memory writes per turn
+    still stops a model stuck in a retry loop, and a refusal never outlasts a quiet minute.
     """
 
     def __init__(self, adapter: MemoriaTurnAdapter, gap: float, clock: Callable[[], float]):
@@ -120,18 +130,21 @@ class _StdioTurns:
         self._gap = gap
         self._clock = clock
         self._last: float | None = None
+        self._conversation = _conversation_id()
+        self._turns = 0
 
     def before_call(self) -> MemoriaTurnAdapter:
         """The adapter, in a new turn when the last call was longer ago than the gap."""
         now = self._clock()
         if self._last is None or now - self._last > self._gap:
-            self.adapter.start_turn()
+            return self.new_turn()
         self._last = now
         return self.adapter
 
     def new_turn(self) -> MemoriaTurnAdapter:
         """The adapter, in a new turn (the host asked for the prompt section)."""
-        self.adapter.start_turn()
+        self._turns += 1
+        self.adapter.start_turn(self._conversation, str(self._turns))
         self._last = self._clock()
         return self.adapter
 
@@ -149,26 +162,39 @@ def build_server(
 ) -> Server[Any]:
     """The MCP server. `identity` is the stdio configuration (one person, one adapter whose
     turns `_StdioTurns` tells apart); None means HTTP, where each request's verified bearer
-    token is the identity and each tool call gets an adapter of its own (the cap on failed
-    writes per turn then applies per call: stateless HTTP keeps nothing between requests)."""
+    token is the identity and each request gets an adapter and a turn of its own (the cap on
+    failed writes per turn then applies per request: stateless HTTP keeps nothing between
+    requests). The adapter is made on the first call, which fetches the model's tools once."""
     tools = _tools()
-    stdio = None
-    if identity is not None:
-        one = MemoriaTurnAdapter(channel, identity.metadata, timeout=timeout)
-        stdio = _StdioTurns(one, turn_gap, clock)
+    made: list[MemoriaTurnAdapter] = []  # the first adapter: its fetched tools serve every other
+    stdio: list[_StdioTurns] = []
+
+    def adapter_for(metadata: Metadata) -> MemoriaTurnAdapter:
+        if not made:
+            made.append(MemoriaTurnAdapter(channel, metadata, timeout=timeout))
+            return made[0]
+        return made[0].for_identity(metadata)
 
     def http_adapter(ctx: ServerRequestContext[Any]) -> MemoriaTurnAdapter:
         scope = getattr(ctx.request, "scope", None) or {}
         user = scope.get("user")
         if not isinstance(user, AuthenticatedUser):
             raise NotAuthenticated("no verified bearer token on this request")
-        metadata = (("authorization", f"Bearer {user.access_token.token}"),)
-        return MemoriaTurnAdapter(channel, metadata, timeout=timeout)
+        runner = adapter_for((("authorization", f"Bearer {user.access_token.token}"),))
+        runner.start_turn(_conversation_id(), "1")
+        return runner
 
-    def adapter(ctx: ServerRequestContext[Any], *, new_turn: bool = False) -> MemoriaTurnAdapter:
-        if stdio is None:
-            return http_adapter(ctx)
-        return stdio.new_turn() if new_turn else stdio.before_call()
+    async def adapter(
+        ctx: ServerRequestContext[Any], *, new_turn: bool = False
+    ) -> MemoriaTurnAdapter:
+        # The first adapter calls the server (GetModelTools): never on the event loop.
+        if identity is None:
+            return await anyio.to_thread.run_sync(http_adapter, ctx)
+        if not stdio:
+            first = await anyio.to_thread.run_sync(adapter_for, identity.metadata)
+            if not stdio:  # another call may have made it meanwhile
+                stdio.append(_StdioTurns(first, turn_gap, clock))
+        return stdio[0].new_turn() if new_turn else stdio[0].before_call()
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -178,7 +204,7 @@ def build_server(
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        runner = adapter(ctx)
+        runner = await adapter(ctx)
         arguments = dict(params.arguments or {})
         result = await anyio.to_thread.run_sync(runner.execute, params.name, arguments)
         return types.CallToolResult(
@@ -203,8 +229,8 @@ def build_server(
     ) -> types.ReadResourceResult:
         if str(params.uri) != PROMPT_SECTION_URI:
             raise ValueError(f"unknown resource {params.uri}")
-        runner = adapter(ctx, new_turn=True)
-        text = await anyio.to_thread.run_sync(runner.system_prompt_section)
+        runner = await adapter(ctx, new_turn=True)
+        text = await anyio.to_thread.run_sync(runner.prompt_section)
         contents = types.TextResourceContents(
             uri=PROMPT_SECTION_URI, mime_type="text/markdown", text=text
         )
@@ -221,17 +247,20 @@ def build_server(
 
 
 class MemoriaTokenVerifier:
-    """Bearer tokens are checked by Memoria's own JWT authentication, never here: a render
-    call carrying the token either answers (the token names a person) or is UNAUTHENTICATED."""
+    """Bearer tokens are checked by Memoria's own JWT authentication, never here: a call
+    carrying the token (GetModelTools, which reads no store) either answers (the token names a
+    person) or is UNAUTHENTICATED."""
 
     def __init__(self, channel: grpc.Channel, timeout: float | None) -> None:
-        self._channel = channel
+        self._tools = tools_grpc.ModelToolServiceStub(channel)
         self._timeout = timeout
 
     def _check(self, token: str) -> bool:
         metadata = (("authorization", f"Bearer {token}"),)
         try:
-            MemoriaTurnAdapter(self._channel, metadata, timeout=self._timeout).render_block()
+            self._tools.GetModelTools(
+                tools_pb.GetModelToolsRequest(), metadata=metadata, timeout=self._timeout
+            )
         except grpc.RpcError as error:
             if isinstance(error, grpc.Call) and error.code() == grpc.StatusCode.UNAUTHENTICATED:
                 return False
