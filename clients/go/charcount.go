@@ -1,7 +1,10 @@
-// Package memoriaclient holds what a Go backend needs beside the generated stubs
-// (memoria/generated/go/memoria/v1): the memory block's character count, computed exactly as
-// the server computes it. Its tests call a running server through the stubs.
-package memoriaclient
+// Package memoria is Memoria for a Go backend beside the generated stubs
+// (memoria/generated/go/memoria/v1): the turn adapter (NewAdapter; adapter.go), a thin layer
+// over the server's ModelToolService that gives the model its tools, the memory prompt section
+// and the server's words for each tool call, every call naming its turn; and the memory
+// block's character count, computed exactly as the server computes it. Its tests call a
+// running server (MEMORIA_SERVER, or the older MEMORIA_ADDR).
+package memoria
 
 import (
 	"strings"

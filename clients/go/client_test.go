@@ -1,9 +1,9 @@
-package memoriaclient
+package memoria
 
 // The generated Go stubs (google.golang.org/grpc) against a running Memoria server. The tests
-// start nothing: scripts/test.sh starts the server and passes its address in MEMORIA_SERVER
-// (host:port on loopback, trusted-headers mode). Without MEMORIA_SERVER the server tests fail;
-// only the character-count vectors run on their own.
+// start nothing: scripts/test-clients.sh starts the server and passes its address in
+// MEMORIA_SERVER (host:port on loopback, trusted-headers mode; the older MEMORIA_ADDR is read
+// too). Without either the server tests fail; only the character-count vectors run on their own.
 
 import (
 	"context"
@@ -156,17 +156,27 @@ type clients struct {
 	search memoriav1.ConversationSearchServiceClient
 }
 
-func connect(t *testing.T) clients {
+// dial connects to the server that MEMORIA_SERVER (or the older MEMORIA_ADDR) names.
+func dial(t *testing.T) *grpc.ClientConn {
 	t.Helper()
 	addr := os.Getenv("MEMORIA_SERVER")
 	if addr == "" {
-		t.Fatal("MEMORIA_SERVER is not set: scripts/test.sh starts the server and sets it")
+		addr = os.Getenv("MEMORIA_ADDR")
+	}
+	if addr == "" {
+		t.Fatal("MEMORIA_SERVER is not set: scripts/test-clients.sh starts the server and sets it")
 	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func connect(t *testing.T) clients {
+	t.Helper()
+	conn := dial(t)
 	return clients{
 		memoriav1.NewMemoryBlockServiceClient(conn),
 		memoriav1.NewAuditServiceClient(conn),

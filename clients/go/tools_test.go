@@ -1,4 +1,4 @@
-package memoriaclient
+package memoria
 
 // The model's tools (tools/*.json, rendered from tools/memoria_tools.json) as a Go agent
 // loads them: every provider shape names the same two tools with the same parameters, and a
