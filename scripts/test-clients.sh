@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The stubs we ship and the tools users reach for, against one real server. Starts
 # `memoria serve` on the embedded default (fresh temporary data dir, 127.0.0.1, port 0), runs
-#   the TypeScript client test (clients/ts: node:test, Connect over gRPC),
-#   the Go client test (clients/go: go test, google.golang.org/grpc),
+#   the TypeScript client's tests (clients/ts: node:test, Connect over gRPC), among them the
+#     conformance data (tests/conformance/model_turn.json) through its turn adapter, and the
+#     README's wiring (clients/ts/examples/wiring.ts) with a scripted model,
+#   the Go client's tests (clients/go: go test, google.golang.org/grpc), among them the same
+#     conformance data through its turn adapter, and the README's wiring (examples/wiring),
 #   the runnable examples (examples/python, examples/go, examples/ts),
 #   calls through server reflection with `buf curl`, and
 #   a bounded ghz run of each hot RPC's config in bench/ghz/,
@@ -87,8 +90,8 @@ rm -rf clients/python/build
 # From outside the repository, so every import comes from the installed package.
 (cd "$work" && "$work/client-venv/bin/python" "$root/clients/python/checks/installed_package.py")
 
-echo "== TypeScript client (clients/ts)" >&2
-(cd clients/ts && npm test --silent)
+echo "== TypeScript client (clients/ts): its tests, the conformance data, the README's wiring" >&2
+(cd clients/ts && npm test --silent && npm run example --silent)
 
 echo "== Go client (clients/go)" >&2
 test -z "$(gofmt -l clients/go)" || {
@@ -99,6 +102,8 @@ test -z "$(gofmt -l clients/go)" || {
 # -v shows each top-level test (and a skip's reason); the vectors' subtests only when they fail.
 (cd clients/go && go vet ./... && go test -count=1 -v ./... 2>&1 |
   grep -Ev '^(=== (RUN|PAUSE|CONT|NAME) |    --- PASS: )')
+echo "== Go client: the README's wiring (clients/go/examples/wiring), a scripted model" >&2
+(cd clients/go && go run ./examples/wiring)
 
 echo "== examples/: Python (from the client package installed above), Go, TypeScript" >&2
 # Each renders the section, rewrites, indexes a turn with wait and searches, and exits non-zero

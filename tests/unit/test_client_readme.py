@@ -3,7 +3,9 @@
 Neither SDK is installed (and no LLM is reachable), so each test puts a scripted stand-in for
 `openai` or `anthropic` in sys.modules: the model asks for one memory_rewrite, reads the
 result, then answers. The README's code runs unchanged except for the server address, which
-points at tests/fake_memoria.py's server.
+points at tests/fake_memoria.py's server. The Go and TypeScript READMEs' wiring is the code of
+an example program that scripts/test-clients.sh runs against a real server; the last test here
+checks that each README shows exactly that code.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from memoria_client import base_system_prompt, load_tools, wording
-from tests.fake_memoria import saved_response, scripted_server
+from memoria_client import load_tools
+from tests.fake_memoria import Script, answer, scripted_server
 
-README = Path(__file__).resolve().parents[2] / "clients" / "python" / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "clients" / "python" / "README.md"
 TEXT = "Preferred name: Ana"
-# What the fake server renders for a person with no block yet.
-SECTION = base_system_prompt() + "\n\n" + wording.EMPTY_BLOCK
+SAVED = "the server's words for the saved block"
 
 
 def python_blocks() -> list[str]:
@@ -59,6 +61,15 @@ class Recorder:
         return self.replies.pop(0)
 
 
+def assert_one_turn(script: Script) -> None:
+    """One render and one rewrite, both naming the turn the README's loop started."""
+    (call,) = script.calls
+    assert (call.tool_name, json.loads(call.arguments_json)) == ("memory_rewrite", {"text": TEXT})
+    for request in [*script.renders, call]:
+        assert (request.turn.conversation_id, request.turn.turn_id) == ("c-1", "1")
+    assert len(script.renders) == 1
+
+
 def run_readme(code: str, port: int) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": "readme"}
     exec(code.replace("127.0.0.1:50051", f"127.0.0.1:{port}"), namespace)
@@ -77,20 +88,16 @@ def test_openai_chat_completions_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     fake.OpenAI = lambda: ns(chat=ns(completions=recorder))  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "openai", fake)
     with scripted_server() as (script, _channel, port):
-        script.rewrite = saved_response(TEXT, [], [TEXT])
+        script.execute = answer(SAVED)
         readme = run_readme(block_for("openai"), port)
         reply = readme["answer"]("c-1", "1", "Call me Ana.", [])
         assert readme["memory"].flush(timeout=10) == 0
     assert reply == "Noted, Ana."
-    assert [r.text for r in script.rewrites] == [TEXT]
+    assert_one_turn(script)
     first, second = recorder.calls
     assert first["tools"] == load_tools("openai_chat_completions")
-    assert first["messages"][0]["content"].endswith(SECTION)
-    assert second["messages"][-1] == {
-        "role": "tool",
-        "tool_call_id": "call_1",
-        "content": wording.saved(len(TEXT), 4000, [], [TEXT]),
-    }
+    assert first["messages"][0]["content"].endswith("\n\n" + script.section)
+    assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": SAVED}
     (indexed,) = script.indexed
     assert (indexed.question, indexed.answer) == ("Call me Ana.", "Noted, Ana.")
 
@@ -107,23 +114,51 @@ def test_anthropic_messages_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     fake.Anthropic = lambda: ns(messages=recorder)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "anthropic", fake)
     with scripted_server() as (script, _channel, port):
-        script.rewrite = saved_response(TEXT, [], [TEXT])
+        script.execute = answer(SAVED)
         readme = run_readme(block_for("anthropic"), port)
         reply = readme["answer"]("c-1", "1", "Call me Ana.", [])
         assert readme["memory"].flush(timeout=10) == 0
     assert reply == "Noted, Ana."
-    assert [r.text for r in script.rewrites] == [TEXT]
+    assert_one_turn(script)
     first, second = recorder.calls
     assert first["tools"] == load_tools("anthropic_messages")
-    assert first["system"].endswith(SECTION)
+    assert first["system"].endswith("\n\n" + script.section)
     assert second["messages"][-1] == {
         "role": "user",
         "content": [
             {
                 "type": "tool_result",
                 "tool_use_id": "toolu_1",
-                "content": wording.saved(len(TEXT), 4000, [], [TEXT]),
+                "content": SAVED,
                 "is_error": False,
             }
         ],
     }
+
+
+def fenced(path: Path, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", path.read_text("utf-8"), flags=re.DOTALL)
+
+
+def marked(path: Path) -> str:
+    """The lines of an example program between its `README wiring` markers."""
+    text = path.read_text("utf-8")
+    begin = text.index("README wiring: begin")
+    begin = text.index("\n", begin) + 1
+    end = text.rindex("\n", 0, text.index("README wiring: end")) + 1
+    return text[begin:end]
+
+
+@pytest.mark.parametrize(
+    ("readme", "language", "example"),
+    [
+        ("clients/go/README.md", "go", "clients/go/examples/wiring/main.go"),
+        ("clients/ts/README.md", "ts", "clients/ts/examples/wiring.ts"),
+    ],
+)
+def test_the_go_and_ts_wiring_is_the_example_scripts_test_clients_runs(
+    readme: str, language: str, example: str
+) -> None:
+    code = marked(ROOT / example)
+    assert code in fenced(ROOT / readme, language)
+    assert 10 <= len(code.strip().splitlines()) <= 32

@@ -1,7 +1,8 @@
 /**
  * The generated TypeScript stubs (protobuf-es v2 + Connect v2 over gRPC) against a running
- * Memoria server. The test starts nothing: scripts/test.sh starts the server and passes its
- * address in MEMORIA_SERVER (host:port on loopback, trusted-headers mode).
+ * Memoria server. The test starts nothing: scripts/test-clients.sh starts the server and passes
+ * its address in MEMORIA_SERVER (host:port on loopback, trusted-headers mode; the older
+ * MEMORIA_ADDR is read too).
  */
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
@@ -23,8 +24,8 @@ import { ErrorReason } from "../gen/memoria/v1/error_reason_pb.js";
 import { Writer } from "../gen/memoria/v1/memory_block_pb.js";
 import { MemoryBlockService } from "../gen/memoria/v1/memory_block_service_pb.js";
 
-const addr = process.env.MEMORIA_SERVER;
-if (!addr) throw new Error("MEMORIA_SERVER is not set: scripts/test.sh starts the server and sets it");
+const addr = process.env.MEMORIA_SERVER || process.env.MEMORIA_ADDR;
+if (!addr) throw new Error("MEMORIA_SERVER is not set: scripts/test-clients.sh starts the server and sets it");
 
 const transport = createGrpcTransport({ baseUrl: `http://${addr}` });
 const blocks = createClient(MemoryBlockService, transport);

@@ -17,8 +17,8 @@ import { ConversationSearchService } from "../gen/memoria/v1/conversation_search
 import { Writer } from "../gen/memoria/v1/memory_block_pb.js";
 import { MemoryBlockService } from "../gen/memoria/v1/memory_block_service_pb.js";
 
-const addr = process.env.MEMORIA_SERVER;
-if (!addr) throw new Error("MEMORIA_SERVER is not set: scripts/test.sh starts the server and sets it");
+const addr = process.env.MEMORIA_SERVER || process.env.MEMORIA_ADDR;
+if (!addr) throw new Error("MEMORIA_SERVER is not set: scripts/test-clients.sh starts the server and sets it");
 const transport = createGrpcTransport({ baseUrl: `http://${addr}` });
 const blocks = createClient(MemoryBlockService, transport);
 const search = createClient(ConversationSearchService, transport);
