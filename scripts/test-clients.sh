@@ -87,8 +87,10 @@ rm -rf clients/python/build
 "${PYTHON:-python3}" -m venv "$work/client-venv"
 "$work/client-venv/bin/pip" install --quiet --disable-pip-version-check -c requirements.lock \
   "$root/clients/python"
-# From outside the repository, so every import comes from the installed package.
-(cd "$work" && "$work/client-venv/bin/python" "$root/clients/python/checks/installed_package.py")
+# From outside the repository, so every import comes from the installed package (and without
+# the caller's PYTHONPATH, which could name a checkout's sources).
+client_python() { (cd "$work" && env -u PYTHONPATH "$work/client-venv/bin/python" "$@"); }
+client_python "$root/clients/python/checks/installed_package.py"
 
 echo "== TypeScript client (clients/ts): its tests, the conformance data, the README's wiring" >&2
 (cd clients/ts && npm test --silent && npm run example --silent)
@@ -108,9 +110,9 @@ echo "== Go client: the README's wiring (clients/go/examples/wiring), a scripted
 echo "== examples/: Python (from the client package installed above), Go, TypeScript" >&2
 # Each renders the section, rewrites, indexes a turn with wait and searches, and exits non-zero
 # unless it saw what it wrote: the README points to these files, so they must keep working.
-(cd "$work" && "$work/client-venv/bin/python" "$root/examples/python/quickstart.py")
+client_python "$root/examples/python/quickstart.py"
 # That install has no mcp extra: its memoria-mcp must say what to install, in one line.
-if out=$("$work/client-venv/bin/memoria-mcp" --tenant t --principal p 2>&1 </dev/null); then
+if out=$(env -u PYTHONPATH "$work/client-venv/bin/memoria-mcp" --tenant t --principal p 2>&1 </dev/null); then
   echo "memoria-mcp ran without the MCP SDK installed" >&2
   exit 1
 fi
