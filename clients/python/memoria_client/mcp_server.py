@@ -8,7 +8,8 @@ JSON Schemas of `tools/memoria_tools.json`, and every result is the turn adapter
 
 - Tools `memory_rewrite` and `conversation_search`, executed by `MemoriaTurnAdapter.execute`.
 - Resource `memoria://memory/prompt-section`: the base memory instructions and the person's
-  rendered block, block last, as `system_prompt_section()` returns it.
+  rendered block, block last, as the adapter's `prompt_section()` returns it (RenderPromptSection
+  for the turn the read starts).
 
 Identity is never made up here. Over stdio (one host, one person) it comes from configuration:
 a bearer token (`--token`/MEMORIA_TOKEN, for a Memoria in jwt mode) or a tenant and principal (the
