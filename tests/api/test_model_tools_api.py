@@ -1,11 +1,11 @@
 """ModelToolService end to end: the tools, the prompt section and every tool call outcome.
 
 A real server on SQLite and PostgreSQL, called through the generated stubs. Each outcome is
-checked word for word against server/domain/model_words.py (the one definition; the client
-package's wording.py holds the same texts until the adapters are made thin), and what a turn
-did shows up where a person looks: the audit event names the turn, GetTurnInspection lists the
-turn's writes (read from the audit, so deleting the block blanks them) and its failed writes.
-The per-turn cap is also checked across two servers on one PostgreSQL database.
+checked word for word against server/domain/model_words.py (the one definition; the adapters
+pass these words through and hold no copy), and what a turn did shows up where a person
+looks: the audit event names the turn, GetTurnInspection lists the turn's writes (read from
+the audit, so deleting the block blanks them) and its failed writes. The per-turn cap is also
+checked across two servers on one PostgreSQL database.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The tool files in tools/: one source, three provider shapes in sync, valid JSON Schema, fresh.
 
-Also checks that the server's argument checks (server/domain/tool_calls.py, made without a JSON
-Schema library) accept and refuse exactly what the schema does, on the same samples.
+Its argument samples (valid or not by the schema) are also those with which
+tests/unit/test_tool_calls.py checks the server's argument checks.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from memoria_client.tool_files import (
     strict_compatible,
     tools_dir,
 )
-from server.domain.tool_calls import ArgumentError, parse_rewrite, parse_search
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools"
@@ -160,35 +159,6 @@ SEARCH_SAMPLES: list[tuple[object, bool]] = [
     ({"query": 7}, False),
     ({"query": "refund", "page_size": 5}, False),
 ]
-
-
-def _accepts(parse: Any, sample: object) -> bool:
-    try:
-        parse(sample)
-    except ArgumentError:
-        return False
-    return True
-
-
-@pytest.mark.parametrize(("sample", "valid"), REWRITE_SAMPLES)
-def test_rewrite_arguments_agree_with_the_schema(sample: object, valid: bool) -> None:
-    schema = source()[0]["parameters"]
-    assert Draft202012Validator(schema).is_valid(sample) is valid
-    assert _accepts(parse_rewrite, json.dumps(sample)) is valid
-
-
-@pytest.mark.parametrize(("sample", "valid"), SEARCH_SAMPLES)
-def test_search_arguments_agree_with_the_schema(sample: object, valid: bool) -> None:
-    schema = source()[1]["parameters"]
-    assert Draft202012Validator(schema).is_valid(sample) is valid
-    assert _accepts(parse_search, json.dumps(sample)) is valid
-
-
-def test_arguments_that_are_not_json_are_refused() -> None:
-    with pytest.raises(ArgumentError, match="not valid JSON"):
-        parse_rewrite('{"text": "unterminated')
-    with pytest.raises(ArgumentError, match="`text` is missing"):
-        parse_rewrite("")
 
 
 # The design's rules (DESIGN 2 and 3) each appear in the model-facing text: a phrase per rule.
