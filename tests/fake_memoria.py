@@ -167,7 +167,7 @@ def scripted_server() -> Iterator[tuple[Script, grpc.Channel, int]]:
     # The generated stubs declare every method abstract; at run time the generated base
     # answers UNIMPLEMENTED for the methods a fake does not script.
     tools_grpc.add_ModelToolServiceServicer_to_server(
-        ModelTools(script),  # type: ignore[abstract]
+        ModelTools(script),
         server,
     )
     search_grpc.add_ConversationSearchServiceServicer_to_server(

@@ -24,7 +24,7 @@ from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as blocks_pb
 from memoria_client import MemoriaTurnAdapter, load_tools
 from server.domain import model_words as wording
-from tests.api.conftest import Api
+from tests.api.conftest import Api, Metadata
 
 ACCOUNT = "acct-7731"
 SEARCH_DEADLINE_SECONDS = 30.0
@@ -151,7 +151,7 @@ def test_a_scripted_model_remembers_an_account_and_finds_the_earlier_conversatio
 
 
 def inspection(
-    api: Api, who: list[tuple[str, str]], conversation_id: str, turn_id: str
+    api: Api, who: Metadata, conversation_id: str, turn_id: str
 ) -> search_pb.TurnInspection:
     """What GetTurnInspection shows for one turn."""
     turn = block_pb.TurnReference(conversation_id=conversation_id, turn_id=turn_id)

@@ -65,8 +65,9 @@ def assert_one_turn(script: Script) -> None:
     """One render and one rewrite, both naming the turn the README's loop started."""
     (call,) = script.calls
     assert (call.tool_name, json.loads(call.arguments_json)) == ("memory_rewrite", {"text": TEXT})
-    for request in [*script.renders, call]:
-        assert (request.turn.conversation_id, request.turn.turn_id) == ("c-1", "1")
+    turns = [request.turn for request in script.renders] + [call.turn]
+    for turn in turns:
+        assert (turn.conversation_id, turn.turn_id) == ("c-1", "1")
     assert len(script.renders) == 1
 
 
