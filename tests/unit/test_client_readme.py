@@ -155,6 +155,8 @@ def marked(path: Path) -> str:
     [
         ("clients/go/README.md", "go", "clients/go/examples/wiring/main.go"),
         ("clients/ts/README.md", "ts", "clients/ts/examples/wiring.ts"),
+        ("README.md", "go", "clients/go/examples/wiring/main.go"),
+        ("README.md", "ts", "clients/ts/examples/wiring.ts"),
     ],
 )
 def test_the_go_and_ts_wiring_is_the_example_scripts_test_clients_runs(
