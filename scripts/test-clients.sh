@@ -4,6 +4,7 @@
 #   the TypeScript client's tests (clients/ts: node:test, Connect over gRPC), among them the
 #     conformance data (tests/conformance/model_turn.json) through its turn adapter, and the
 #     README's wiring (clients/ts/examples/wiring.ts) with a scripted model,
+#   the Vercel AI SDK integration's tests (integrations/vercel-ai) with the SDK's test model,
 #   the Go client's tests (clients/go: go test, google.golang.org/grpc), among them the same
 #     conformance data through its turn adapter, and the README's wiring (examples/wiring),
 #   the runnable examples (examples/python, examples/go, examples/ts),
@@ -94,6 +95,15 @@ client_python "$root/clients/python/checks/installed_package.py"
 
 echo "== TypeScript client (clients/ts): its tests, the conformance data, the README's wiring" >&2
 (cd clients/ts && npm test --silent && npm run example --silent)
+
+echo "== Vercel AI SDK integration (integrations/vercel-ai): MockLanguageModelV3 through it" >&2
+# It depends on clients/ts by path, built just above. npm ci only when its lock file changed.
+stamp=integrations/vercel-ai/node_modules/.installed-package-lock.json
+if ! cmp -s integrations/vercel-ai/package-lock.json "$stamp"; then
+  (cd integrations/vercel-ai && npm ci --no-audit --no-fund --loglevel=error >&2)
+  cp integrations/vercel-ai/package-lock.json "$stamp"
+fi
+(cd integrations/vercel-ai && npm test --silent)
 
 echo "== Go client (clients/go)" >&2
 test -z "$(gofmt -l clients/go)" || {
