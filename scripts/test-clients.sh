@@ -7,6 +7,7 @@
 #   the Vercel AI SDK integration's tests (integrations/vercel-ai) with the SDK's test model,
 #   the Go client's tests (clients/go: go test, google.golang.org/grpc), among them the same
 #     conformance data through its turn adapter, and the README's wiring (examples/wiring),
+#   the MCP Go SDK integration's tests (integrations/go-mcp), an agent loop over MCP in memory,
 #   the runnable examples (examples/python, examples/go, examples/ts),
 #   calls through server reflection with `buf curl`, and
 #   a bounded ghz run of each hot RPC's config in bench/ghz/,
@@ -116,6 +117,15 @@ test -z "$(gofmt -l clients/go)" || {
   grep -Ev '^(=== (RUN|PAUSE|CONT|NAME) |    --- PASS: )')
 echo "== Go client: the README's wiring (clients/go/examples/wiring), a scripted model" >&2
 (cd clients/go && go run ./examples/wiring)
+
+echo "== Go over the official MCP Go SDK (integrations/go-mcp): in-memory transports" >&2
+test -z "$(gofmt -l integrations/go-mcp)" || {
+  gofmt -l integrations/go-mcp >&2
+  echo "gofmt: the files above need formatting" >&2
+  exit 1
+}
+(cd integrations/go-mcp && go vet ./... && go test -count=1 -v ./... 2>&1 |
+  grep -Ev '^(=== (RUN|PAUSE|CONT|NAME) |    --- PASS: )')
 
 echo "== examples/: Python (from the client package installed above), Go, TypeScript" >&2
 # Each renders the section, rewrites, indexes a turn with wait and searches, and exits non-zero

@@ -1,0 +1,33 @@
+// Memoria's tools on an MCP server of the official MCP Go SDK, over the Go turn adapter
+// (memoria/clients/go). The repository has no public Go import path yet: the adapter and the
+// generated stubs are required through the replaces below, from this checkout.
+module memoria/integrations/go-mcp
+
+go 1.26.0
+
+replace (
+	memoria/clients/go => ../../clients/go
+	memoria/generated/go => ../../generated/go
+)
+
+require (
+	github.com/modelcontextprotocol/go-sdk v1.8.0
+	memoria/clients/go v0.0.0
+)
+
+require (
+	github.com/google/jsonschema-go v0.4.3 // indirect
+	github.com/segmentio/asm v1.1.3 // indirect
+	github.com/segmentio/encoding v0.5.4 // indirect
+	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/oauth2 v0.36.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.44.0 // indirect
+	golang.org/x/time v0.15.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/grpc v1.85.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+	memoria/generated/go v0.0.0-00010101000000-000000000000 // indirect
+)
