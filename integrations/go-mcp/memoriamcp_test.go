@@ -123,21 +123,28 @@ func setUp(t *testing.T, ctx context.Context) fixture {
 		t.Fatal(err)
 	}
 
-	// The README's wiring (integrations/go-mcp/README.md): the tools on an MCP server, an MCP
-	// client session on the agent's side.
-	server := mcp.NewServer(&mcp.Implementation{Name: "memoria", Version: "0.1.0"}, nil)
-	memoriamcp.AddTools(server, memory)
-	serverEnd, clientEnd := mcp.NewInMemoryTransports()
-	if _, err := server.Connect(ctx, serverEnd, nil); err != nil {
-		t.Fatal(err)
-	}
-	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "0.1.0"}, nil)
-	session, err := client.Connect(ctx, clientEnd, nil)
+	session, err := serve(ctx, memory)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { session.Close() })
 	return fixture{memory, session, conn, metadata.Pairs(identity...)}
+}
+
+// serve is the README's wiring (integrations/go-mcp/README.md): memory's tools on an MCP server,
+// and an MCP client session connected to it in memory, on the agent's side.
+func serve(ctx context.Context, memory *memoria.Adapter) (*mcp.ClientSession, error) {
+	// README wiring: begin
+	server := mcp.NewServer(&mcp.Implementation{Name: "memoria", Version: "0.1.0"}, nil)
+	memoriamcp.AddTools(server, memory)
+	serverEnd, clientEnd := mcp.NewInMemoryTransports()
+	if _, err := server.Connect(ctx, serverEnd, nil); err != nil {
+		return nil, err
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "0.1.0"}, nil)
+	session, err := client.Connect(ctx, clientEnd, nil)
+	// README wiring: end
+	return session, err
 }
 
 // answerTurn is the README's loop: the section last in the system prompt before each model

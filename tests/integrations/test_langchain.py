@@ -46,13 +46,20 @@ class Recorder(BaseCallbackHandler):
         self.calls.extend(messages)
 
 
-def agent_graph(memory: MemoriaTurnAdapter, llm: ToolCallingFakeModel) -> Any:
-    """The README's wiring (integrations/langchain/README.md): a LangGraph tool loop."""
+def answer_turn(
+    memory: MemoriaTurnAdapter,
+    llm: ToolCallingFakeModel,
+    conversation_id: str,
+    turn_id: str,
+    question: str,
+) -> str:
+    """One turn of a LangGraph tool loop, as integrations/langchain/README.md wires it."""
+    # README wiring: begin
     tools = memoria_tools(memory)
     model = llm.bind_tools(tools)
 
-    def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
-        system = SystemMessage(BASE + "\n\n" + memory.prompt_section())
+    def agent(state: MessagesState) -> MessagesState:
+        system = SystemMessage("You are a helpful assistant.\n\n" + memory.prompt_section())
         return {"messages": [model.invoke([system, *state["messages"]])]}
 
     graph = StateGraph(MessagesState)
@@ -61,7 +68,13 @@ def agent_graph(memory: MemoriaTurnAdapter, llm: ToolCallingFakeModel) -> Any:
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")
-    return graph.compile()
+    app = graph.compile()
+
+    memory.start_turn(conversation_id, turn_id)
+    answer = app.invoke({"messages": [HumanMessage(question)]})["messages"][-1].text
+    memory.finish_turn(question, answer)
+    # README wiring: end
+    return str(answer)
 
 
 def test_a_langgraph_agent_saves_the_block_and_reads_the_servers_words(
@@ -71,12 +84,7 @@ def test_a_langgraph_agent_saves_the_block_and_reads_the_servers_words(
     script = iter([AIMessage(content="", tool_calls=[call]), AIMessage(content=turn.answer)])
     recorder = Recorder()
     llm = ToolCallingFakeModel(messages=script, callbacks=[recorder])
-    memory = person.memory
-
-    memory.start_turn(turn.conversation_id, turn.turn_id)
-    state = agent_graph(memory, llm).invoke({"messages": [HumanMessage(turn.question)]})
-    answer = str(state["messages"][-1].content)
-    memory.finish_turn(turn.question, answer)
+    answer = answer_turn(person.memory, llm, turn.conversation_id, turn.turn_id, turn.question)
 
     assert answer == turn.answer
     first, second = recorder.calls

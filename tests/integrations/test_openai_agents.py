@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents import Agent, ModelResponse, ModelSettings, RunConfig, Runner, Usage
+from agents import Agent, ModelResponse, ModelSettings, Runner, Usage, set_tracing_disabled
 from agents.models.interface import Model
 from openai.types.responses import (
     ResponseFunctionToolCall,
@@ -23,6 +23,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
+from memoria_client import MemoriaTurnAdapter
 from memoria_openai_agents import memoria_instructions, memoria_tools
 from tests.integrations.conftest import Person, ScriptedTurn, check_turn
 
@@ -77,25 +78,37 @@ class ScriptedModel(Model):
         raise NotImplementedError("this test runs the agent without streaming")
 
 
+async def answer(
+    memory: MemoriaTurnAdapter, model: Model, conversation_id: str, turn_id: str, question: str
+) -> str:
+    """One turn of an agent, as integrations/openai-agents/README.md wires it."""
+    # README wiring: begin
+    agent = Agent(
+        name="assistant",
+        instructions=memoria_instructions("You are a helpful assistant.", memory),  # section last
+        tools=memoria_tools(memory),
+        model=model,
+    )
+    memory.start_turn(conversation_id, turn_id)
+    result = await Runner.run(agent, question)
+    memory.finish_turn(question, str(result.final_output))
+    # README wiring: end
+    return str(result.final_output)
+
+
 def test_an_agent_saves_the_block_and_reads_the_servers_words(
     person: Person, turn: ScriptedTurn
 ) -> None:
     model = ScriptedModel(turn)
-    memory = person.memory
-    # The README's wiring (integrations/openai-agents/README.md).
-    agent = Agent(
-        name="assistant",
-        instructions=memoria_instructions(BASE, memory),
-        tools=memoria_tools(memory),
-        model=model,
-    )
-    memory.start_turn(turn.conversation_id, turn.turn_id)
-    result = asyncio.run(
-        Runner.run(agent, turn.question, run_config=RunConfig(tracing_disabled=True))
-    )
-    memory.finish_turn(turn.question, str(result.final_output))
+    set_tracing_disabled(True)  # the SDK's traces would go to OpenAI's servers
+    try:
+        final = asyncio.run(
+            answer(person.memory, model, turn.conversation_id, turn.turn_id, turn.question)
+        )
+    finally:
+        set_tracing_disabled(False)
 
-    assert result.final_output == turn.answer
+    assert final == turn.answer
     first, second = model.seen
     assert first.tools == ["memory_rewrite", "conversation_search"]
     assert first.instructions is not None

@@ -46,7 +46,7 @@ const step = (name: string) => steps.find((s) => s.name === name)!;
 const write = step("saved: two lines added");
 const emptyBlockLine = step("a first turn's section: nothing remembered yet").expect.after_instructions;
 const [conversationId, turnId] = write.turn;
-const BASE = "You are a helpful assistant.";
+const BASE = "You are a helpful assistant."; // the system prompt of the README wiring
 const QUESTION = "Call me Ana, and my Jira account is acct-7731.";
 const ANSWER = "Noted, Ana.";
 
@@ -134,16 +134,18 @@ test("generateText: the model saves the block and reads the server's words", asy
     }),
   });
   const memory = p.memory;
-  // The README's wiring (integrations/vercel-ai/README.md).
+  const question = QUESTION;
+  // README wiring: begin
   const model = wrapLanguageModel({ model: llm, middleware: memoriaMiddleware(memory) });
   memory.startTurn(conversationId, turnId);
   const { text } = await generateText({
     model,
-    system: BASE,
-    prompt: QUESTION,
+    system: "You are a helpful assistant.",
+    prompt: question,
     tools: memoriaTools(memory),
     stopWhen: stepCountIs(5),
   });
+  // README wiring: end
   assert.equal(text, ANSWER);
   await checkTurn(p, llm.doGenerateCalls);
 });
