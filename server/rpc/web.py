@@ -1,5 +1,6 @@
 """The browser's way in: Connect (unary, JSON or binary) and gRPC-Web for Memoria's services,
-plus the settings page's static files, on an HTTP/1.1 port of its own (MEMORIA_HTTP_LISTEN).
+plus the settings page's static files, on an HTTP/1.1 port of its own (MEMORIA_HTTP_LISTEN);
+and MCP over streamable HTTP at `/mcp` (server/rpc/mcp.py), forwarded the same way.
 
 A browser cannot speak native gRPC (it has no access to HTTP/2 trailers), so this gateway turns
 each browser call into a gRPC call to this process's own gRPC server over loopback and turns
@@ -60,6 +61,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server.domain.errors import ErrorReason, MemoriaError
+from server.rpc import mcp
 from server.rpc.auth import unauthenticated
 from server.rpc.errors import to_status
 
@@ -323,7 +325,7 @@ class _PageHeaders:
 
 
 class Gateway:
-    """The Starlette app: one route per unary method, the page at `/`."""
+    """The Starlette app: one route per unary method, MCP at `/mcp`, the page at `/`."""
 
     def __init__(
         self,
@@ -345,9 +347,18 @@ class Gateway:
         self._max_send = max_send_message_bytes
         self._receive_timeout = receive_timeout_s
         self._channel: grpc.aio.Channel | None = None
+        # MCP's calls are gRPC calls on the same channel with the same forwarded headers, so
+        # they are authenticated and limited exactly as the browser's (server/rpc/mcp.py).
+        self._mcp = mcp.McpEndpoint(
+            self._live_channel,
+            _metadata,
+            max_body_bytes=max_receive_message_bytes + 1024,  # the JSON-RPC envelope's bytes
+            timeout_s=MAX_TIMEOUT_S,
+        )
         routes: list[Route | Mount] = [
             Route(path, self._call, methods=["POST"]) for path in self._methods
         ]
+        routes.append(Route(mcp.PATH, self._mcp.app, methods=["GET", "POST", "DELETE"]))
         # Any other call (an unknown method, or a service this server does not have):
         # UNIMPLEMENTED, as gRPC answers it, rather than the page's 405 or 404.
         routes.append(Route("/{service:str}/{method:str}", self._unknown, methods=["POST"]))
@@ -394,9 +405,14 @@ class Gateway:
             ],
         )
         try:
-            yield
+            async with self._mcp.run():
+                yield
         finally:
             await self._channel.close(None)
+
+    def _live_channel(self) -> grpc.aio.Channel:
+        assert self._channel is not None, "the gateway serves only inside its lifespan"
+        return self._channel
 
     async def _call(self, request: Request) -> Response:
         method = self._methods[request.url.path]
