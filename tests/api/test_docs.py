@@ -155,6 +155,18 @@ def _mcp(out: str) -> None:
     assert out.rstrip().endswith("401"), "no token: 401"
 
 
+def _mcp_http(out: str) -> None:
+    answer = json.loads(out)["result"]
+    assert answer["isError"] is False, "the write over MCP"
+    assert answer["content"][0]["text"].startswith("Saved."), "the model's words"
+
+
+def _mcp_client(out: str) -> None:
+    assert "['memory_rewrite', 'conversation_search']" in out, "tools/list"
+    assert "Personal memory (" in out, "the prompt section"
+    assert "'refund'" in out, "conversation_search over MCP, in the model's words"
+
+
 def _postgres(out: str) -> None:
     # The database `memoria` outlives the run, so a second run's rewrite is a no-op: the
     # render is what shows the block is there.
@@ -193,6 +205,8 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "http": _http,
     "jwt": _jwt,
     "mcp": _mcp,
+    "mcp-http": _mcp_http,
+    "mcp-client": _mcp_client,
     "postgres": _postgres,
     "qdrant": _qdrant,
     "reindex": _reindex,
