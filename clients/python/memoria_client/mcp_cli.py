@@ -30,12 +30,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     every client command shares (memoria_client/connection.py), then the MCP server's own."""
     parser.epilog = (
         "Identity over stdio: --token (or MEMORIA_TOKEN) with a bearer token (Memoria in jwt "
-        "mode), or --tenant and --principal (trusted headers). Over http: each caller's "
-        "Authorization: Bearer token, checked by Memoria; a request without one gets 401."
+        "mode), or --tenant and --principal (trusted headers). Over HTTP, Memoria itself serves "
+        f"MCP at {HTTP_PATH} on its own HTTP port (--http-listen); --transport http is for a "
+        "Memoria in jwt mode whose HTTP port is not reachable: each caller's Authorization: "
+        "Bearer token, checked by Memoria; a request without one gets 401."
     )
     connection.add_arguments(parser)
     parser.add_argument(
-        "--transport", choices=["stdio", "http"], default="stdio", help="default stdio"
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help=f"default stdio (the server serves {HTTP_PATH} on its HTTP port itself)",
     )
     parser.add_argument(
         "--listen",

@@ -1,4 +1,9 @@
-"""`memoria mcp`: Memoria's two model tools and the memory prompt section over MCP.
+"""`memoria mcp`: Memoria's two model tools and the memory prompt section over MCP, over stdio.
+
+The server itself serves MCP over streamable HTTP at `/mcp` on its HTTP port (server/rpc/mcp.py,
+identity as every call, turns named in `_meta`); this process is for desktop hosts that start a
+command (stdio), and, with `--transport http`, for a Memoria in jwt mode whose own HTTP port is
+not reachable from where the MCP clients are.
 
 An MCP host (Claude Desktop, an IDE, an agent framework) connects to this process instead of
 calling Memoria's gRPC API itself. It is a client of a running Memoria server (`--server`) built
@@ -328,6 +333,7 @@ def serve_http(app: Starlette, host: str, port: int, port_file: Path | None, tar
     sock.listen(128)
     bound = sock.getsockname()[1]
     _log.info("serving MCP on http://%s:%d%s for %s", host, bound, HTTP_PATH, target)
+    _log.info("a Memoria with an HTTP port serves %s on it itself (server/rpc/mcp.py)", HTTP_PATH)
     if port_file is not None:
         # Connections made from now on wait in the backlog until uvicorn accepts them.
         port_file.write_text(str(bound))
