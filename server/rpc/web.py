@@ -358,7 +358,10 @@ class Gateway:
         routes: list[Route | Mount] = [
             Route(path, self._call, methods=["POST"]) for path in self._methods
         ]
-        routes.append(Route(mcp.PATH, self._mcp.app, methods=["GET", "POST", "DELETE"]))
+        # POST only: stateless MCP has no session to end (DELETE) and no server-initiated
+        # message to stream (a GET stream would only hold a connection open): HTTP 405.
+        routes.append(Route(mcp.PATH, self._mcp.app, methods=["POST"]))
+        routes.append(Route(mcp.PATH, _mcp_post_only))
         # Any other call (an unknown method, or a service this server does not have):
         # UNIMPLEMENTED, as gRPC answers it, rather than the page's 405 or 404.
         routes.append(Route("/{service:str}/{method:str}", self._unknown, methods=["POST"]))
@@ -382,6 +385,7 @@ class Gateway:
                         "grpc-timeout",
                         "x-grpc-web",
                         "x-user-agent",
+                        "mcp-protocol-version",
                         *FORWARDED_HEADERS,
                     ],
                     expose_headers=["grpc-status", "grpc-message", "grpc-status-details-bin"],
@@ -539,6 +543,14 @@ class _CallFailed(Exception):
     def __init__(self, failure: _Failure) -> None:
         super().__init__(failure.code)
         self.failure = failure
+
+
+async def _mcp_post_only(_request: Request) -> Response:
+    return PlainTextResponse(
+        "MCP here is stateless streamable HTTP: POST each JSON-RPC message.",
+        status_code=405,
+        headers={"allow": "POST"},
+    )
 
 
 async def _not_built(_request: Request) -> Response:

@@ -252,6 +252,21 @@ def test_a_plain_json_post_lists_the_tools_without_a_session(trusted: Api) -> No
     assert names == ["memory_rewrite", "conversation_search"]
 
 
+def test_no_event_stream_is_held_open_and_bodies_are_bounded(trusted: Api) -> None:
+    """Stateless: a GET (the server-to-client stream) has nothing to carry, so it is refused
+    rather than held open; a body over the message limit is refused before it is parsed."""
+    got = httpx2.get(_url(trusted), headers={"accept": "text/event-stream"}, timeout=30)
+    assert got.status_code == 405
+    assert got.headers["allow"] == "POST"
+    too_large = httpx2.post(
+        _url(trusted),
+        content=b" " * (5 << 20),
+        headers={"content-type": "application/json", "accept": "application/json"},
+        timeout=30,
+    )
+    assert too_large.status_code == 413
+
+
 def test_another_host_name_is_refused_on_loopback(trusted: Api) -> None:
     """The port's DNS-rebinding guard covers /mcp as every other route."""
     response = httpx2.post(
