@@ -126,6 +126,9 @@ class McpEndpoint:
             max_request_body_size=max_body_bytes,
         )
         self.app = StreamableHTTPASGIApp(self._manager)
+        # The SDK logs each stateless request's end at INFO ("Terminating session: None"): a
+        # line per call, where the port logs none (no access log); its warnings stay.
+        logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
