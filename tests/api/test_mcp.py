@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
@@ -27,11 +27,19 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import RequestParamsMeta
 
 from memoria.v1 import conversation_search_service_pb2 as search_pb
+from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as blocks_pb
 from memoria_client import MemoriaTurnAdapter
-from memoria_client.mcp_server import PROMPT_SECTION_URI, _StdioTurns
+from memoria_client.mcp_server import (
+    CONVERSATION_META,
+    PROMPT_SECTION_URI,
+    TURN_META,
+    _StdioTurns,
+)
 from memoria_client.tool_files import load_source
 from tests.api.conftest import Api, Metadata, server_settings, serving
 from tests.processes import MEMORIA, clean_env, wait_for_port
@@ -183,6 +191,36 @@ def test_stdio_refuses_a_fourth_failed_write_in_a_turn_without_calling(trusted: 
             assert saved.is_error is False, _text(saved)
 
     _run(main)
+
+
+def test_stdio_calls_count_in_the_turn_named_in_meta(trusted: Api) -> None:
+    """A backend that names its turns (as at the server's own /mcp) finds each turn's render
+    and writes under those ids, and can finish the turn with them."""
+    turn = cast(RequestParamsMeta, {CONVERSATION_META: "c-named", TURN_META: "4"})
+
+    async def main() -> None:
+        async with (
+            stdio_client(_stdio(trusted, "cy")) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            await session.read_resource(PROMPT_SECTION_URI, meta=turn)
+            saved = await session.call_tool("memory_rewrite", {"text": "Name: Cy"}, meta=turn)
+            assert saved.is_error is False, _text(saved)
+            half = cast(RequestParamsMeta, {CONVERSATION_META: "c-named"})
+            with pytest.raises(MCPError) as caught:
+                await session.call_tool("memory_rewrite", {"text": "Name: Cy2"}, meta=half)
+            assert TURN_META in caught.value.message
+
+    _run(main)
+    inspection = trusted.search.GetTurnInspection(
+        search_pb.GetTurnInspectionRequest(
+            turn=block_pb.TurnReference(conversation_id="c-named", turn_id="4")
+        ),
+        metadata=tuple(trusted.who("cy")),
+    ).inspection
+    assert len(inspection.renders) == 1
+    assert [list(w.added_lines) for w in inspection.writes] == [["Name: Cy"]]
 
 
 def test_stdio_without_an_identity_exits_with_one_line(tmp_path: Path) -> None:

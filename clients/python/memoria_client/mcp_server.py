@@ -24,9 +24,11 @@ request reaches the MCP session, and then sent with every call made for that req
 without a token, or with one Memoria refuses, gets HTTP 401 and calls nothing.
 
 MCP has no turn boundary this server could see, yet every call names a turn (the server counts
-failed writes per turn and records what each turn read and wrote). Over stdio the session is one
-conversation (`mcp-<random>`) whose turns (1, 2, ...) are told apart by `_StdioTurns` (a read of
-the prompt section, or a quiet gap); over stateless HTTP each request is a turn of its own. MCP
+failed writes per turn and records what each turn read and wrote). A request may name its turn
+in `_meta` (`memoria/conversation_id` and `memoria/turn_id`, as the server's own endpoint reads
+them). Otherwise, over stdio the session is one conversation (`mcp-<random>`) whose turns (1, 2,
+...) are told apart by `_StdioTurns` (a read of the prompt section, or a quiet gap); over
+stateless HTTP each request is a turn of its own. MCP
 cannot send a finished turn, so these turns are never indexed for conversation_search: an agent
 loop that knows its turns should use the adapter directly.
 """
@@ -58,6 +60,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
@@ -157,6 +160,25 @@ class _StdioTurns:
 
 DEFAULT_TURN_GAP_SECONDS = 60.0
 
+CONVERSATION_META = "memoria/conversation_id"
+TURN_META = "memoria/turn_id"
+"""The `_meta` keys naming a request's turn, as the server's own MCP endpoint reads them
+(server/rpc/mcp.py): a backend that names its turns can finish them with the same ids."""
+
+
+def named_turn(meta: types.RequestParamsMeta | None) -> tuple[str, str] | None:
+    """The turn a request names in `_meta` (both ids, as strings), or None when it names none."""
+    meta = meta or {}
+    conversation, turn = meta.get(CONVERSATION_META), meta.get(TURN_META)
+    if conversation is None and turn is None:
+        return None
+    if not isinstance(conversation, str) or not isinstance(turn, str):
+        raise MCPError(
+            types.INVALID_PARAMS,
+            f"_meta names a turn with both {CONVERSATION_META} and {TURN_META}, as strings",
+        )
+    return conversation, turn
+
 
 def build_server(
     channel: grpc.Channel,
@@ -181,25 +203,44 @@ def build_server(
             return made[0]
         return made[0].for_identity(metadata)
 
-    def http_adapter(ctx: ServerRequestContext[Any]) -> MemoriaTurnAdapter:
+    named: dict[tuple[str, str], MemoriaTurnAdapter] = {}  # stdio: the last turn named
+
+    def http_adapter(
+        ctx: ServerRequestContext[Any], turn: tuple[str, str] | None
+    ) -> MemoriaTurnAdapter:
         scope = getattr(ctx.request, "scope", None) or {}
         user = scope.get("user")
         if not isinstance(user, AuthenticatedUser):
             raise NotAuthenticated("no verified bearer token on this request")
         runner = adapter_for((("authorization", f"Bearer {user.access_token.token}"),))
-        runner.start_turn(_conversation_id(), "1")
+        runner.start_turn(*(turn or (_conversation_id(), "1")))
         return runner
 
+    def stdio_named(first: MemoriaTurnAdapter, turn: tuple[str, str]) -> MemoriaTurnAdapter:
+        # The same adapter while the host names the same turn (it keeps the turn's state).
+        if turn not in named:
+            assert identity is not None
+            named.clear()
+            named[turn] = first.for_identity(identity.metadata)
+            named[turn].start_turn(*turn)
+        return named[turn]
+
     async def adapter(
-        ctx: ServerRequestContext[Any], *, new_turn: bool = False
+        ctx: ServerRequestContext[Any],
+        meta: types.RequestParamsMeta | None,
+        *,
+        new_turn: bool = False,
     ) -> MemoriaTurnAdapter:
+        turn = named_turn(meta)
         # The first adapter calls the server (GetModelTools): never on the event loop.
         if identity is None:
-            return await anyio.to_thread.run_sync(http_adapter, ctx)
+            return await anyio.to_thread.run_sync(http_adapter, ctx, turn)
         if not stdio:
             first = await anyio.to_thread.run_sync(adapter_for, identity.metadata)
             if not stdio:  # another call may have made it meanwhile
                 stdio.append(_StdioTurns(first, turn_gap, clock))
+        if turn is not None:
+            return stdio_named(stdio[0].adapter, turn)
         return stdio[0].new_turn() if new_turn else stdio[0].before_call()
 
     async def list_tools(
@@ -210,7 +251,7 @@ def build_server(
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        runner = await adapter(ctx)
+        runner = await adapter(ctx, params.meta)
         arguments = dict(params.arguments or {})
         result = await anyio.to_thread.run_sync(runner.execute, params.name, arguments)
         return types.CallToolResult(
@@ -235,7 +276,7 @@ def build_server(
     ) -> types.ReadResourceResult:
         if str(params.uri) != PROMPT_SECTION_URI:
             raise ValueError(f"unknown resource {params.uri}")
-        runner = await adapter(ctx, new_turn=True)
+        runner = await adapter(ctx, params.meta, new_turn=True)
         text = await anyio.to_thread.run_sync(runner.prompt_section)
         contents = types.TextResourceContents(
             uri=PROMPT_SECTION_URI, mime_type="text/markdown", text=text
