@@ -21,6 +21,9 @@ domain objects directly would have needed a second copy of the interceptor's ide
 - `initialize` and `resources/list` read nothing of anyone's: they call nothing. Every request
   that reads or writes a person's data is refused without a confirmed identity: a tool call
   with the model's words for it, anything else with an MCP error carrying Memoria's message.
+  Not an HTTP 401 before the request runs: the model's words for a refusal depend on the tool
+  called, which only the call itself knows, and a check of its own would cost every request
+  a second loopback call.
 
 Turns. MCP has no turn ids, yet every render, search and write names a turn (the cap of failed
 writes holds per turn; GetTurnInspection shows what each turn read and wrote). A request names
