@@ -417,7 +417,7 @@ def _serve(settings: Settings, port_file: Path | None, worker_index: int | None 
     )
     if running.web is not None:
         log.info(
-            "serving the settings page, Connect and gRPC-Web on http://%s/",
+            "serving the settings page, Connect, gRPC-Web and MCP (/mcp) on http://%s/",
             f"{listen_host(settings.http.listen or '')}:{running.web.port}",
         )
     if port_file is not None:

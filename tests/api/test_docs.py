@@ -42,7 +42,7 @@ RUNNABLE = {"sh", "python"}
 BLOCK_TIMEOUT_S = 120
 SERVER_START_TIMEOUT_S = 60
 HTTP_LINE = re.compile(
-    r"serving the settings page, Connect and gRPC-Web on http://127\.0\.0\.1:(\d+)/"
+    r"serving the settings page, Connect, gRPC-Web and MCP \(/mcp\) on http://127\.0\.0\.1:(\d+)/"
 )
 ADDRESS = re.compile(r"127\.0\.0\.1:(\d+)")
 FENCE = re.compile(r"^\s*(`{3,})(.*)$")
@@ -152,7 +152,8 @@ def _jwt(out: str) -> None:
 
 def _mcp(out: str) -> None:
     assert '"memory_rewrite"' in out and '"conversation_search"' in out, "tools/list"
-    assert out.rstrip().endswith("401"), "no token: 401"
+    last = json.loads(out.strip().splitlines()[-1])
+    assert last["error"]["code"] == -32001, "no token: the MCP error"
 
 
 def _mcp_http(out: str) -> None:

@@ -106,15 +106,15 @@ class ServeSettings(SettingsGroup):
 
 
 class HttpSettings(SettingsGroup):
-    """The browser's way in (server/rpc/web.py): Connect and gRPC-Web plus the settings page.
+    """The HTTP way in (server/rpc/web.py): Connect and gRPC-Web, the settings page, and MCP.
 
     Off unless set, so a process never opens a second port nobody asked for (`make serve` sets
     127.0.0.1:8080). It follows the gRPC port's authentication."""
 
     flat_prefix: ClassVar[str] = "http_"
     listen: str | None = None
-    """HOST:PORT of the settings page, Connect and gRPC-Web; port 0 picks one; unset: off (`make
-    serve`: 127.0.0.1:8080)"""
+    """HOST:PORT of the settings page, Connect, gRPC-Web and MCP (/mcp); port 0 picks one; unset:
+    off (`make serve`: 127.0.0.1:8080)"""
     page_dir: Path | None = None
     """the built settings page (`make web`), for an installed package, which has no checkout beside
     it; unset: the checkout's web/dist"""
