@@ -12,11 +12,12 @@ what the write was decided on); deleted content is never kept.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
+from server.domain.duplicates import DuplicateGroup, duplicate_groups
 from server.domain.errors import (
     BlockTooLong,
     ErrorReason,
@@ -28,6 +29,8 @@ from server.domain.errors import (
 from server.domain.ids import turn_reference_violations
 from server.domain.model import (
     AuditAction,
+    AuditEvent,
+    AuditQuery,
     Change,
     Identity,
     NewAuditEvent,
@@ -40,6 +43,7 @@ from server.domain.model import (
     Writer,
 )
 from server.domain.ports import Clock, InspectionStore, MemoryStore
+from server.domain.provenance import HISTORY_ACTIONS, LineOrigin, line_origins
 from server.domain.secrets import SecretDetector, redact_lines, refuse_secrets
 from server.domain.text import (
     block_line_count,
@@ -57,6 +61,11 @@ MAX_WRITE_ATTEMPTS = 100
 with WRITE_CONFLICT (each lost race means another write succeeded)."""
 AUDIT_LINE_CHARS = 200
 """Each changed line kept in the audit log is cut to this many code points."""
+ORIGIN_EVENTS_PAGE = 100
+"""Audit events read per page while looking for the origins of a block's lines."""
+MAX_ORIGIN_EVENTS = 2000
+"""At most this many audit events are read for the origins of one block (a page shows them
+on load): a line added before them is shown as not recorded rather than the page waiting."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,19 @@ class RewriteResult:
     removed_lines: tuple[str, ...]
     added_lines: tuple[str, ...]
     changed: bool
+    duplicates: tuple[DuplicateGroup, ...] = ()
+    """Repeated and near-duplicate lines of the block as it now is (server/domain/duplicates.py),
+    pointed out to the writer; nothing was dropped or changed for them."""
+
+
+@dataclass(frozen=True)
+class AnnotatedBlock:
+    """A block as the person's page shows it: the block, where each line came from and which
+    lines repeat each other."""
+
+    block: BlockView
+    origins: tuple[LineOrigin, ...]
+    duplicates: tuple[DuplicateGroup, ...]
 
 
 @dataclass(frozen=True)
@@ -163,6 +185,37 @@ class MemoryBlocks:
     def get(self, who: Identity) -> BlockView:
         """The caller's block; an empty view when there is none (not an error)."""
         return self._view(self._store.read(who.tenant_id, who.principal_id).block)
+
+    def get_annotated(self, who: Identity) -> AnnotatedBlock:
+        """The caller's block with each line's origin (server/domain/provenance.py, derived
+        from the audit log) and its repeated and near-duplicate lines."""
+        view = self.get(who)
+        if not view.text:
+            return AnnotatedBlock(view, (), ())
+        origins = line_origins(
+            view.text,
+            self._history(who),
+            line_chars=AUDIT_LINE_CHARS,
+            as_of=view.update_time,
+        )
+        return AnnotatedBlock(view, origins, duplicate_groups(view.text))
+
+    def _history(self, who: Identity) -> Iterator[AuditEvent]:
+        """The caller's rewrites, deletions and erasures, newest first, read a page at a time
+        (the consumer stops early), at most MAX_ORIGIN_EVENTS."""
+        before: int | None = None
+        for _ in range(0, MAX_ORIGIN_EVENTS, ORIGIN_EVENTS_PAGE):
+            query = AuditQuery(
+                principal_id=who.principal_id,
+                actions=HISTORY_ACTIONS,
+                before_event_id=before,
+                limit=ORIGIN_EVENTS_PAGE,
+            )
+            events = self._store.list_audit(who.tenant_id, query)
+            yield from events
+            if len(events) < ORIGIN_EVENTS_PAGE:
+                return
+            before = events[-1].event_id
 
     def render(self, who: Identity, turn: TurnRef | None = None) -> Rendered:
         """The section for the system prompt; empty with no block or with memory off. With
@@ -238,7 +291,9 @@ class MemoryBlocks:
             if writer is Writer.MODEL and not memory.memory_enabled:
                 raise _memory_disabled()
             if identical:
-                return None, RewriteResult(old, (), (), changed=False)
+                return None, RewriteResult(
+                    old, (), (), changed=False, duplicates=duplicate_groups(old.text)
+                )
             # Lines the stored block already has were checked when they were written.
             refuse_secrets(self._secrets, new_text, known_lines=lines_of(old.text))
             now = self._clock()
@@ -263,7 +318,9 @@ class MemoryBlocks:
                 turn_id=turn.turn_id if turn is not None else "",
             )
             view = BlockView(new_text, count, self._limit, stored.etag, stored.update_time)
-            result = RewriteResult(view, diff.removed, diff.added, changed=True)
+            result = RewriteResult(
+                view, diff.removed, diff.added, changed=True, duplicates=duplicate_groups(new_text)
+            )
             return _change(memory, event, block=stored), result
 
         return self._write(who, decide)

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from server.domain.duplicates import DuplicateGroup, DuplicateKind
+
 REWRITE = "memory_rewrite"
 SEARCH = "conversation_search"
 
@@ -168,8 +170,16 @@ def _lines(prefix: str, lines: Sequence[str]) -> list[str]:
     return [f"{prefix} {line}" for line in lines]
 
 
-def saved(count: int, limit: int, removed: Sequence[str], added: Sequence[str]) -> str:
-    """A rewrite that changed the block: final, with the diff to check."""
+def saved(
+    count: int,
+    limit: int,
+    removed: Sequence[str],
+    added: Sequence[str],
+    duplicates: Sequence[DuplicateGroup] = (),
+) -> str:
+    """A rewrite that changed the block: final, with the diff to check, and the block's
+    repeated and near-duplicate lines pointed out (when there are any) so the next write merges
+    them. Without any, the words are exactly those of a plain saved result."""
     out = [f"Saved. The memory block now has {chars(count, limit)}."]
     if removed:
         out.append("Removed lines (check that each removal was intended):")
@@ -181,11 +191,28 @@ def saved(count: int, limit: int, removed: Sequence[str], added: Sequence[str]) 
         out += _lines("+", added)
     else:
         out.append("Added lines: none.")
+    if duplicates:
+        out.append(
+            "Lines that repeat each other (saved as written; next time you write the block, "
+            "merge each group into one line unless the repetition is meant):"
+        )
+        out += [_duplicate_group(group) for group in duplicates]
     out.append(
         "This write is done: do not call memory_rewrite again for it. Only if a removal above "
         "was not intended, call it once more with that line restored."
     )
     return "\n".join(out)
+
+
+def _duplicate_group(group: DuplicateGroup) -> str:
+    """One group, with the block's line numbers counted from 1 as a person would."""
+    numbers = [str(i + 1) for i in group.line_indexes]
+    which = ", ".join(numbers[:-1]) + " and " + numbers[-1]
+    kind = "the same line" if group.kind is DuplicateKind.REPEATED else "near-duplicates"
+    head = f"* lines {which} ({kind}):"
+    return "\n".join(
+        [head, *(f"  {n}: {line}" for n, line in zip(numbers, group.lines, strict=True))]
+    )
 
 
 def unchanged(count: int, limit: int) -> str:

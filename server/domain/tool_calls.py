@@ -180,7 +180,11 @@ class ToolCalls:
             )
         return ToolResult(
             words.saved(
-                block.char_count, block.char_limit, result.removed_lines, result.added_lines
+                block.char_count,
+                block.char_limit,
+                result.removed_lines,
+                result.added_lines,
+                result.duplicates,
             ),
             False,
             ToolOutcome.MEMORY_SAVED,

@@ -10,13 +10,16 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from memoria.v1 import audit_service_pb2 as audit_pb
 from memoria.v1 import conversation_search_service_pb2 as search_pb
 from memoria.v1 import memory_block_pb2 as block_pb
+from memoria.v1 import memory_block_service_pb2 as block_service_pb
 from server.domain.audit import AuditRequest
+from server.domain.duplicates import DuplicateGroup, DuplicateKind
 from server.domain.errors import FieldViolation, invalid
 from server.domain.export import ExportedTurn, ExportItem
 from server.domain.inspection import Inspection
 from server.domain.intake import IndexTurnResult, TurnOutcome
 from server.domain.memory import BlockView, SettingsView
 from server.domain.model import AuditAction, AuditEvent, SearchHit, Tombstone, TurnRef, Writer
+from server.domain.provenance import LineOrigin
 
 _WRITERS: dict[block_pb.Writer.ValueType, Writer] = {
     block_pb.WRITER_MODEL: Writer.MODEL,
@@ -57,6 +60,41 @@ def block_message(view: BlockView) -> block_pb.MemoryBlock:
         etag=view.etag,
         update_time=timestamp(view.update_time),
     )
+
+
+_DUPLICATE_KINDS: dict[DuplicateKind, block_service_pb.DuplicateKind.ValueType] = {
+    DuplicateKind.REPEATED: block_service_pb.DUPLICATE_KIND_REPEATED,
+    DuplicateKind.NEAR_DUPLICATE: block_service_pb.DUPLICATE_KIND_NEAR_DUPLICATE,
+}
+
+
+def duplicate_messages(
+    groups: tuple[DuplicateGroup, ...],
+) -> list[block_service_pb.DuplicateLines]:
+    return [
+        block_service_pb.DuplicateLines(
+            kind=_DUPLICATE_KINDS[g.kind], line_indexes=g.line_indexes, lines=g.lines
+        )
+        for g in groups
+    ]
+
+
+def origin_messages(origins: tuple[LineOrigin, ...]) -> list[block_service_pb.LineOrigin]:
+    return [
+        block_service_pb.LineOrigin(
+            line_index=o.line_index,
+            writer=_WRITER_PB[o.writer],
+            add_time=timestamp(o.add_time),
+            turn=(
+                block_pb.TurnReference(
+                    conversation_id=o.turn.conversation_id, turn_id=o.turn.turn_id
+                )
+                if o.turn is not None
+                else None
+            ),
+        )
+        for o in origins
+    ]
 
 
 def settings_message(view: SettingsView) -> block_pb.MemorySettings:

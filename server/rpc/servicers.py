@@ -25,9 +25,11 @@ from server.rpc.convert import (
     audit_event_message,
     audit_request,
     block_message,
+    duplicate_messages,
     export_record_message,
     index_turn_response,
     inspection_message,
+    origin_messages,
     search_hit_message,
     settings_message,
     turn_ref_of,
@@ -46,8 +48,12 @@ class MemoryBlockServicer(pb_grpc.MemoryBlockServiceServicer):
     def GetMemoryBlock(
         self, request: pb.GetMemoryBlockRequest, context: grpc.ServicerContext
     ) -> pb.GetMemoryBlockResponse:
-        view = self._blocks.get(current_identity())
-        return pb.GetMemoryBlockResponse(memory_block=block_message(view))
+        annotated = self._blocks.get_annotated(current_identity())
+        return pb.GetMemoryBlockResponse(
+            memory_block=block_message(annotated.block),
+            line_origins=origin_messages(annotated.origins),
+            duplicate_lines=duplicate_messages(annotated.duplicates),
+        )
 
     def RenderMemoryBlock(
         self, request: pb.RenderMemoryBlockRequest, context: grpc.ServicerContext
@@ -73,6 +79,7 @@ class MemoryBlockServicer(pb_grpc.MemoryBlockServiceServicer):
             removed_lines=result.removed_lines,
             added_lines=result.added_lines,
             changed=result.changed,
+            duplicate_lines=duplicate_messages(result.duplicates),
         )
 
     def DeleteMemoryBlock(

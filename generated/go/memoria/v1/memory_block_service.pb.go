@@ -9,6 +9,7 @@ package memoriav1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -20,6 +21,61 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// DuplicateKind says how the lines of a DuplicateLines group resemble each
+// other.
+type DuplicateKind int32
+
+const (
+	// Not used.
+	DuplicateKind_DUPLICATE_KIND_UNSPECIFIED DuplicateKind = 0
+	// The same line after stripping, collapsing whitespace and ignoring case.
+	DuplicateKind_DUPLICATE_KIND_REPEATED DuplicateKind = 1
+	// Lines whose sets of words (runs of letters and digits, ignoring case)
+	// have a Jaccard similarity of at least 0.75, each with at least 3 words.
+	DuplicateKind_DUPLICATE_KIND_NEAR_DUPLICATE DuplicateKind = 2
+)
+
+// Enum value maps for DuplicateKind.
+var (
+	DuplicateKind_name = map[int32]string{
+		0: "DUPLICATE_KIND_UNSPECIFIED",
+		1: "DUPLICATE_KIND_REPEATED",
+		2: "DUPLICATE_KIND_NEAR_DUPLICATE",
+	}
+	DuplicateKind_value = map[string]int32{
+		"DUPLICATE_KIND_UNSPECIFIED":    0,
+		"DUPLICATE_KIND_REPEATED":       1,
+		"DUPLICATE_KIND_NEAR_DUPLICATE": 2,
+	}
+)
+
+func (x DuplicateKind) Enum() *DuplicateKind {
+	p := new(DuplicateKind)
+	*p = x
+	return p
+}
+
+func (x DuplicateKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DuplicateKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_memoria_v1_memory_block_service_proto_enumTypes[0].Descriptor()
+}
+
+func (DuplicateKind) Type() protoreflect.EnumType {
+	return &file_memoria_v1_memory_block_service_proto_enumTypes[0]
+}
+
+func (x DuplicateKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DuplicateKind.Descriptor instead.
+func (DuplicateKind) EnumDescriptor() ([]byte, []int) {
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{0}
+}
 
 // GetMemoryBlockRequest has no fields: the block is the caller's.
 type GetMemoryBlockRequest struct {
@@ -62,9 +118,21 @@ func (*GetMemoryBlockRequest) Descriptor() ([]byte, []int) {
 type GetMemoryBlockResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The stored block; empty text and etag when the caller has none.
-	MemoryBlock   *MemoryBlock `protobuf:"bytes,1,opt,name=memory_block,json=memoryBlock,proto3" json:"memory_block,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MemoryBlock *MemoryBlock `protobuf:"bytes,1,opt,name=memory_block,json=memoryBlock,proto3" json:"memory_block,omitempty"`
+	// Where the block's lines came from: at most one entry per line, ordered by
+	// `line_index`. Derived from the audit log's rewrite events since the
+	// block's last deletion or erasure (so an origin never outlives its
+	// content). A line with no entry has no recorded origin (written before the
+	// audit kept lines, or by other means). A line longer than the audit keeps
+	// (200 code points) is matched by its start, and copies of a repeated line
+	// take the newest additions of that text, later copies first.
+	LineOrigins []*LineOrigin `protobuf:"bytes,2,rep,name=line_origins,json=lineOrigins,proto3" json:"line_origins,omitempty"`
+	// Lines that repeat each other or are near-duplicates, to point out to the
+	// person as a rewrite's result points them out to the model. Empty when
+	// there are none.
+	DuplicateLines []*DuplicateLines `protobuf:"bytes,3,rep,name=duplicate_lines,json=duplicateLines,proto3" json:"duplicate_lines,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetMemoryBlockResponse) Reset() {
@@ -104,6 +172,162 @@ func (x *GetMemoryBlockResponse) GetMemoryBlock() *MemoryBlock {
 	return nil
 }
 
+func (x *GetMemoryBlockResponse) GetLineOrigins() []*LineOrigin {
+	if x != nil {
+		return x.LineOrigins
+	}
+	return nil
+}
+
+func (x *GetMemoryBlockResponse) GetDuplicateLines() []*DuplicateLines {
+	if x != nil {
+		return x.DuplicateLines
+	}
+	return nil
+}
+
+// LineOrigin says when, by whom and in which turn one line of the current
+// block was added.
+type LineOrigin struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The line's 0-based index in the block's text split on "\n".
+	LineIndex int32 `protobuf:"varint,1,opt,name=line_index,json=lineIndex,proto3" json:"line_index,omitempty"`
+	// Who wrote the rewrite that added the line: the model or the person.
+	Writer Writer `protobuf:"varint,2,opt,name=writer,proto3,enum=memoria.v1.Writer" json:"writer,omitempty"`
+	// When that rewrite was saved.
+	AddTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=add_time,json=addTime,proto3" json:"add_time,omitempty"`
+	// The turn the rewrite was made in; unset when it named none (a settings
+	// screen's write, or a write made without a turn). Inspect it with
+	// ConversationSearchService.GetTurnInspection.
+	Turn          *TurnReference `protobuf:"bytes,4,opt,name=turn,proto3" json:"turn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LineOrigin) Reset() {
+	*x = LineOrigin{}
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LineOrigin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LineOrigin) ProtoMessage() {}
+
+func (x *LineOrigin) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LineOrigin.ProtoReflect.Descriptor instead.
+func (*LineOrigin) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LineOrigin) GetLineIndex() int32 {
+	if x != nil {
+		return x.LineIndex
+	}
+	return 0
+}
+
+func (x *LineOrigin) GetWriter() Writer {
+	if x != nil {
+		return x.Writer
+	}
+	return Writer_WRITER_UNSPECIFIED
+}
+
+func (x *LineOrigin) GetAddTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AddTime
+	}
+	return nil
+}
+
+func (x *LineOrigin) GetTurn() *TurnReference {
+	if x != nil {
+		return x.Turn
+	}
+	return nil
+}
+
+// DuplicateLines is one group of lines of a block that a writer may want to
+// merge into one. Nothing is dropped or changed for them: a repeated line can
+// be meant (the same item under two headings).
+type DuplicateLines struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How the lines resemble each other.
+	Kind DuplicateKind `protobuf:"varint,1,opt,name=kind,proto3,enum=memoria.v1.DuplicateKind" json:"kind,omitempty"`
+	// The lines' 0-based indexes in the block's text split on "\n", ascending.
+	LineIndexes []int32 `protobuf:"varint,2,rep,packed,name=line_indexes,json=lineIndexes,proto3" json:"line_indexes,omitempty"`
+	// The lines themselves, in the order of `line_indexes`.
+	Lines         []string `protobuf:"bytes,3,rep,name=lines,proto3" json:"lines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DuplicateLines) Reset() {
+	*x = DuplicateLines{}
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DuplicateLines) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DuplicateLines) ProtoMessage() {}
+
+func (x *DuplicateLines) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DuplicateLines.ProtoReflect.Descriptor instead.
+func (*DuplicateLines) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DuplicateLines) GetKind() DuplicateKind {
+	if x != nil {
+		return x.Kind
+	}
+	return DuplicateKind_DUPLICATE_KIND_UNSPECIFIED
+}
+
+func (x *DuplicateLines) GetLineIndexes() []int32 {
+	if x != nil {
+		return x.LineIndexes
+	}
+	return nil
+}
+
+func (x *DuplicateLines) GetLines() []string {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
 // RenderMemoryBlockRequest asks for the caller's prompt section.
 type RenderMemoryBlockRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -122,7 +346,7 @@ type RenderMemoryBlockRequest struct {
 
 func (x *RenderMemoryBlockRequest) Reset() {
 	*x = RenderMemoryBlockRequest{}
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[2]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -134,7 +358,7 @@ func (x *RenderMemoryBlockRequest) String() string {
 func (*RenderMemoryBlockRequest) ProtoMessage() {}
 
 func (x *RenderMemoryBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[2]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -147,7 +371,7 @@ func (x *RenderMemoryBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenderMemoryBlockRequest.ProtoReflect.Descriptor instead.
 func (*RenderMemoryBlockRequest) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{2}
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RenderMemoryBlockRequest) GetTurn() *TurnReference {
@@ -180,7 +404,7 @@ type RenderMemoryBlockResponse struct {
 
 func (x *RenderMemoryBlockResponse) Reset() {
 	*x = RenderMemoryBlockResponse{}
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[3]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -192,7 +416,7 @@ func (x *RenderMemoryBlockResponse) String() string {
 func (*RenderMemoryBlockResponse) ProtoMessage() {}
 
 func (x *RenderMemoryBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[3]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -205,7 +429,7 @@ func (x *RenderMemoryBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenderMemoryBlockResponse.ProtoReflect.Descriptor instead.
 func (*RenderMemoryBlockResponse) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{3}
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RenderMemoryBlockResponse) GetPromptSection() string {
@@ -265,7 +489,7 @@ type RewriteMemoryBlockRequest struct {
 
 func (x *RewriteMemoryBlockRequest) Reset() {
 	*x = RewriteMemoryBlockRequest{}
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[4]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -277,7 +501,7 @@ func (x *RewriteMemoryBlockRequest) String() string {
 func (*RewriteMemoryBlockRequest) ProtoMessage() {}
 
 func (x *RewriteMemoryBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[4]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -290,7 +514,7 @@ func (x *RewriteMemoryBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewriteMemoryBlockRequest.ProtoReflect.Descriptor instead.
 func (*RewriteMemoryBlockRequest) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{4}
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RewriteMemoryBlockRequest) GetText() string {
@@ -332,14 +556,18 @@ type RewriteMemoryBlockResponse struct {
 	AddedLines []string `protobuf:"bytes,3,rep,name=added_lines,json=addedLines,proto3" json:"added_lines,omitempty"`
 	// False when the text equalled the stored block: nothing was written and
 	// no audit event was recorded.
-	Changed       bool `protobuf:"varint,4,opt,name=changed,proto3" json:"changed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Changed bool `protobuf:"varint,4,opt,name=changed,proto3" json:"changed,omitempty"`
+	// Repeated and near-duplicate lines of `memory_block` (see DuplicateKind),
+	// repeated groups first; empty when there are none. The block was saved as
+	// written: these are pointed out so the next write can merge them.
+	DuplicateLines []*DuplicateLines `protobuf:"bytes,5,rep,name=duplicate_lines,json=duplicateLines,proto3" json:"duplicate_lines,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RewriteMemoryBlockResponse) Reset() {
 	*x = RewriteMemoryBlockResponse{}
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[5]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -351,7 +579,7 @@ func (x *RewriteMemoryBlockResponse) String() string {
 func (*RewriteMemoryBlockResponse) ProtoMessage() {}
 
 func (x *RewriteMemoryBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[5]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -364,7 +592,7 @@ func (x *RewriteMemoryBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewriteMemoryBlockResponse.ProtoReflect.Descriptor instead.
 func (*RewriteMemoryBlockResponse) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{5}
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RewriteMemoryBlockResponse) GetMemoryBlock() *MemoryBlock {
@@ -395,6 +623,13 @@ func (x *RewriteMemoryBlockResponse) GetChanged() bool {
 	return false
 }
 
+func (x *RewriteMemoryBlockResponse) GetDuplicateLines() []*DuplicateLines {
+	if x != nil {
+		return x.DuplicateLines
+	}
+	return nil
+}
+
 // DeleteMemoryBlockRequest removes the caller's whole block.
 type DeleteMemoryBlockRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -410,7 +645,7 @@ type DeleteMemoryBlockRequest struct {
 
 func (x *DeleteMemoryBlockRequest) Reset() {
 	*x = DeleteMemoryBlockRequest{}
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[6]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +657,7 @@ func (x *DeleteMemoryBlockRequest) String() string {
 func (*DeleteMemoryBlockRequest) ProtoMessage() {}
 
 func (x *DeleteMemoryBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[6]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +670,7 @@ func (x *DeleteMemoryBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMemoryBlockRequest.ProtoReflect.Descriptor instead.
 func (*DeleteMemoryBlockRequest) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{6}
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteMemoryBlockRequest) GetWriter() Writer {
@@ -465,7 +700,7 @@ type DeleteMemoryBlockResponse struct {
 
 func (x *DeleteMemoryBlockResponse) Reset() {
 	*x = DeleteMemoryBlockResponse{}
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[7]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +712,7 @@ func (x *DeleteMemoryBlockResponse) String() string {
 func (*DeleteMemoryBlockResponse) ProtoMessage() {}
 
 func (x *DeleteMemoryBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[7]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +725,7 @@ func (x *DeleteMemoryBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMemoryBlockResponse.ProtoReflect.Descriptor instead.
 func (*DeleteMemoryBlockResponse) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{7}
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteMemoryBlockResponse) GetDeleted() bool {
@@ -516,7 +751,7 @@ type GetMemorySettingsRequest struct {
 
 func (x *GetMemorySettingsRequest) Reset() {
 	*x = GetMemorySettingsRequest{}
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[8]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +763,7 @@ func (x *GetMemorySettingsRequest) String() string {
 func (*GetMemorySettingsRequest) ProtoMessage() {}
 
 func (x *GetMemorySettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[8]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +776,7 @@ func (x *GetMemorySettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemorySettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetMemorySettingsRequest) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{8}
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{10}
 }
 
 // GetMemorySettingsResponse carries the caller's settings.
@@ -555,7 +790,7 @@ type GetMemorySettingsResponse struct {
 
 func (x *GetMemorySettingsResponse) Reset() {
 	*x = GetMemorySettingsResponse{}
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[9]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +802,7 @@ func (x *GetMemorySettingsResponse) String() string {
 func (*GetMemorySettingsResponse) ProtoMessage() {}
 
 func (x *GetMemorySettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[9]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +815,7 @@ func (x *GetMemorySettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemorySettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetMemorySettingsResponse) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{9}
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetMemorySettingsResponse) GetSettings() *MemorySettings {
@@ -603,7 +838,7 @@ type UpdateMemorySettingsRequest struct {
 
 func (x *UpdateMemorySettingsRequest) Reset() {
 	*x = UpdateMemorySettingsRequest{}
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[10]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +850,7 @@ func (x *UpdateMemorySettingsRequest) String() string {
 func (*UpdateMemorySettingsRequest) ProtoMessage() {}
 
 func (x *UpdateMemorySettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[10]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +863,7 @@ func (x *UpdateMemorySettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMemorySettingsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateMemorySettingsRequest) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{10}
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateMemorySettingsRequest) GetMemoryEnabled() bool {
@@ -656,7 +891,7 @@ type UpdateMemorySettingsResponse struct {
 
 func (x *UpdateMemorySettingsResponse) Reset() {
 	*x = UpdateMemorySettingsResponse{}
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[11]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +903,7 @@ func (x *UpdateMemorySettingsResponse) String() string {
 func (*UpdateMemorySettingsResponse) ProtoMessage() {}
 
 func (x *UpdateMemorySettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[11]
+	mi := &file_memoria_v1_memory_block_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +916,7 @@ func (x *UpdateMemorySettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMemorySettingsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateMemorySettingsResponse) Descriptor() ([]byte, []int) {
-	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{11}
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateMemorySettingsResponse) GetSettings() *MemorySettings {
@@ -696,10 +931,23 @@ var File_memoria_v1_memory_block_service_proto protoreflect.FileDescriptor
 const file_memoria_v1_memory_block_service_proto_rawDesc = "" +
 	"\n" +
 	"%memoria/v1/memory_block_service.proto\x12\n" +
-	"memoria.v1\x1a\x1dmemoria/v1/memory_block.proto\"\x17\n" +
-	"\x15GetMemoryBlockRequest\"T\n" +
+	"memoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dmemoria/v1/memory_block.proto\"\x17\n" +
+	"\x15GetMemoryBlockRequest\"\xd4\x01\n" +
 	"\x16GetMemoryBlockResponse\x12:\n" +
-	"\fmemory_block\x18\x01 \x01(\v2\x17.memoria.v1.MemoryBlockR\vmemoryBlock\"I\n" +
+	"\fmemory_block\x18\x01 \x01(\v2\x17.memoria.v1.MemoryBlockR\vmemoryBlock\x129\n" +
+	"\fline_origins\x18\x02 \x03(\v2\x16.memoria.v1.LineOriginR\vlineOrigins\x12C\n" +
+	"\x0fduplicate_lines\x18\x03 \x03(\v2\x1a.memoria.v1.DuplicateLinesR\x0eduplicateLines\"\xbd\x01\n" +
+	"\n" +
+	"LineOrigin\x12\x1d\n" +
+	"\n" +
+	"line_index\x18\x01 \x01(\x05R\tlineIndex\x12*\n" +
+	"\x06writer\x18\x02 \x01(\x0e2\x12.memoria.v1.WriterR\x06writer\x125\n" +
+	"\badd_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aaddTime\x12-\n" +
+	"\x04turn\x18\x04 \x01(\v2\x19.memoria.v1.TurnReferenceR\x04turn\"x\n" +
+	"\x0eDuplicateLines\x12-\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x19.memoria.v1.DuplicateKindR\x04kind\x12!\n" +
+	"\fline_indexes\x18\x02 \x03(\x05R\vlineIndexes\x12\x14\n" +
+	"\x05lines\x18\x03 \x03(\tR\x05lines\"I\n" +
 	"\x18RenderMemoryBlockRequest\x12-\n" +
 	"\x04turn\x18\x01 \x01(\v2\x19.memoria.v1.TurnReferenceR\x04turn\"\x94\x01\n" +
 	"\x19RenderMemoryBlockResponse\x12%\n" +
@@ -714,13 +962,14 @@ const file_memoria_v1_memory_block_service_proto_rawDesc = "" +
 	"\x06writer\x18\x02 \x01(\x0e2\x12.memoria.v1.WriterR\x06writer\x12\x17\n" +
 	"\x04etag\x18\x03 \x01(\tH\x00R\x04etag\x88\x01\x01\x12-\n" +
 	"\x04turn\x18\x04 \x01(\v2\x19.memoria.v1.TurnReferenceR\x04turnB\a\n" +
-	"\x05_etag\"\xb8\x01\n" +
+	"\x05_etag\"\xfd\x01\n" +
 	"\x1aRewriteMemoryBlockResponse\x12:\n" +
 	"\fmemory_block\x18\x01 \x01(\v2\x17.memoria.v1.MemoryBlockR\vmemoryBlock\x12#\n" +
 	"\rremoved_lines\x18\x02 \x03(\tR\fremovedLines\x12\x1f\n" +
 	"\vadded_lines\x18\x03 \x03(\tR\n" +
 	"addedLines\x12\x18\n" +
-	"\achanged\x18\x04 \x01(\bR\achanged\"h\n" +
+	"\achanged\x18\x04 \x01(\bR\achanged\x12C\n" +
+	"\x0fduplicate_lines\x18\x05 \x03(\v2\x1a.memoria.v1.DuplicateLinesR\x0eduplicateLines\"h\n" +
 	"\x18DeleteMemoryBlockRequest\x12*\n" +
 	"\x06writer\x18\x01 \x01(\x0e2\x12.memoria.v1.WriterR\x06writer\x12\x17\n" +
 	"\x04etag\x18\x02 \x01(\tH\x00R\x04etag\x88\x01\x01B\a\n" +
@@ -736,7 +985,11 @@ const file_memoria_v1_memory_block_service_proto_rawDesc = "" +
 	"\x06writer\x18\x02 \x01(\x0e2\x12.memoria.v1.WriterR\x06writerB\x11\n" +
 	"\x0f_memory_enabled\"V\n" +
 	"\x1cUpdateMemorySettingsResponse\x126\n" +
-	"\bsettings\x18\x01 \x01(\v2\x1a.memoria.v1.MemorySettingsR\bsettings2\x81\x05\n" +
+	"\bsettings\x18\x01 \x01(\v2\x1a.memoria.v1.MemorySettingsR\bsettings*o\n" +
+	"\rDuplicateKind\x12\x1e\n" +
+	"\x1aDUPLICATE_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17DUPLICATE_KIND_REPEATED\x10\x01\x12!\n" +
+	"\x1dDUPLICATE_KIND_NEAR_DUPLICATE\x10\x022\x81\x05\n" +
 	"\x12MemoryBlockService\x12\\\n" +
 	"\x0eGetMemoryBlock\x12!.memoria.v1.GetMemoryBlockRequest\x1a\".memoria.v1.GetMemoryBlockResponse\"\x03\x90\x02\x01\x12e\n" +
 	"\x11RenderMemoryBlock\x12$.memoria.v1.RenderMemoryBlockRequest\x1a%.memoria.v1.RenderMemoryBlockResponse\"\x03\x90\x02\x01\x12h\n" +
@@ -760,52 +1013,64 @@ func file_memoria_v1_memory_block_service_proto_rawDescGZIP() []byte {
 	return file_memoria_v1_memory_block_service_proto_rawDescData
 }
 
-var file_memoria_v1_memory_block_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_memoria_v1_memory_block_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_memoria_v1_memory_block_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_memoria_v1_memory_block_service_proto_goTypes = []any{
-	(*GetMemoryBlockRequest)(nil),        // 0: memoria.v1.GetMemoryBlockRequest
-	(*GetMemoryBlockResponse)(nil),       // 1: memoria.v1.GetMemoryBlockResponse
-	(*RenderMemoryBlockRequest)(nil),     // 2: memoria.v1.RenderMemoryBlockRequest
-	(*RenderMemoryBlockResponse)(nil),    // 3: memoria.v1.RenderMemoryBlockResponse
-	(*RewriteMemoryBlockRequest)(nil),    // 4: memoria.v1.RewriteMemoryBlockRequest
-	(*RewriteMemoryBlockResponse)(nil),   // 5: memoria.v1.RewriteMemoryBlockResponse
-	(*DeleteMemoryBlockRequest)(nil),     // 6: memoria.v1.DeleteMemoryBlockRequest
-	(*DeleteMemoryBlockResponse)(nil),    // 7: memoria.v1.DeleteMemoryBlockResponse
-	(*GetMemorySettingsRequest)(nil),     // 8: memoria.v1.GetMemorySettingsRequest
-	(*GetMemorySettingsResponse)(nil),    // 9: memoria.v1.GetMemorySettingsResponse
-	(*UpdateMemorySettingsRequest)(nil),  // 10: memoria.v1.UpdateMemorySettingsRequest
-	(*UpdateMemorySettingsResponse)(nil), // 11: memoria.v1.UpdateMemorySettingsResponse
-	(*MemoryBlock)(nil),                  // 12: memoria.v1.MemoryBlock
-	(*TurnReference)(nil),                // 13: memoria.v1.TurnReference
-	(Writer)(0),                          // 14: memoria.v1.Writer
-	(*MemorySettings)(nil),               // 15: memoria.v1.MemorySettings
+	(DuplicateKind)(0),                   // 0: memoria.v1.DuplicateKind
+	(*GetMemoryBlockRequest)(nil),        // 1: memoria.v1.GetMemoryBlockRequest
+	(*GetMemoryBlockResponse)(nil),       // 2: memoria.v1.GetMemoryBlockResponse
+	(*LineOrigin)(nil),                   // 3: memoria.v1.LineOrigin
+	(*DuplicateLines)(nil),               // 4: memoria.v1.DuplicateLines
+	(*RenderMemoryBlockRequest)(nil),     // 5: memoria.v1.RenderMemoryBlockRequest
+	(*RenderMemoryBlockResponse)(nil),    // 6: memoria.v1.RenderMemoryBlockResponse
+	(*RewriteMemoryBlockRequest)(nil),    // 7: memoria.v1.RewriteMemoryBlockRequest
+	(*RewriteMemoryBlockResponse)(nil),   // 8: memoria.v1.RewriteMemoryBlockResponse
+	(*DeleteMemoryBlockRequest)(nil),     // 9: memoria.v1.DeleteMemoryBlockRequest
+	(*DeleteMemoryBlockResponse)(nil),    // 10: memoria.v1.DeleteMemoryBlockResponse
+	(*GetMemorySettingsRequest)(nil),     // 11: memoria.v1.GetMemorySettingsRequest
+	(*GetMemorySettingsResponse)(nil),    // 12: memoria.v1.GetMemorySettingsResponse
+	(*UpdateMemorySettingsRequest)(nil),  // 13: memoria.v1.UpdateMemorySettingsRequest
+	(*UpdateMemorySettingsResponse)(nil), // 14: memoria.v1.UpdateMemorySettingsResponse
+	(*MemoryBlock)(nil),                  // 15: memoria.v1.MemoryBlock
+	(Writer)(0),                          // 16: memoria.v1.Writer
+	(*timestamppb.Timestamp)(nil),        // 17: google.protobuf.Timestamp
+	(*TurnReference)(nil),                // 18: memoria.v1.TurnReference
+	(*MemorySettings)(nil),               // 19: memoria.v1.MemorySettings
 }
 var file_memoria_v1_memory_block_service_proto_depIdxs = []int32{
-	12, // 0: memoria.v1.GetMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
-	13, // 1: memoria.v1.RenderMemoryBlockRequest.turn:type_name -> memoria.v1.TurnReference
-	14, // 2: memoria.v1.RewriteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
-	13, // 3: memoria.v1.RewriteMemoryBlockRequest.turn:type_name -> memoria.v1.TurnReference
-	12, // 4: memoria.v1.RewriteMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
-	14, // 5: memoria.v1.DeleteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
-	15, // 6: memoria.v1.GetMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
-	14, // 7: memoria.v1.UpdateMemorySettingsRequest.writer:type_name -> memoria.v1.Writer
-	15, // 8: memoria.v1.UpdateMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
-	0,  // 9: memoria.v1.MemoryBlockService.GetMemoryBlock:input_type -> memoria.v1.GetMemoryBlockRequest
-	2,  // 10: memoria.v1.MemoryBlockService.RenderMemoryBlock:input_type -> memoria.v1.RenderMemoryBlockRequest
-	4,  // 11: memoria.v1.MemoryBlockService.RewriteMemoryBlock:input_type -> memoria.v1.RewriteMemoryBlockRequest
-	6,  // 12: memoria.v1.MemoryBlockService.DeleteMemoryBlock:input_type -> memoria.v1.DeleteMemoryBlockRequest
-	8,  // 13: memoria.v1.MemoryBlockService.GetMemorySettings:input_type -> memoria.v1.GetMemorySettingsRequest
-	10, // 14: memoria.v1.MemoryBlockService.UpdateMemorySettings:input_type -> memoria.v1.UpdateMemorySettingsRequest
-	1,  // 15: memoria.v1.MemoryBlockService.GetMemoryBlock:output_type -> memoria.v1.GetMemoryBlockResponse
-	3,  // 16: memoria.v1.MemoryBlockService.RenderMemoryBlock:output_type -> memoria.v1.RenderMemoryBlockResponse
-	5,  // 17: memoria.v1.MemoryBlockService.RewriteMemoryBlock:output_type -> memoria.v1.RewriteMemoryBlockResponse
-	7,  // 18: memoria.v1.MemoryBlockService.DeleteMemoryBlock:output_type -> memoria.v1.DeleteMemoryBlockResponse
-	9,  // 19: memoria.v1.MemoryBlockService.GetMemorySettings:output_type -> memoria.v1.GetMemorySettingsResponse
-	11, // 20: memoria.v1.MemoryBlockService.UpdateMemorySettings:output_type -> memoria.v1.UpdateMemorySettingsResponse
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	15, // 0: memoria.v1.GetMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
+	3,  // 1: memoria.v1.GetMemoryBlockResponse.line_origins:type_name -> memoria.v1.LineOrigin
+	4,  // 2: memoria.v1.GetMemoryBlockResponse.duplicate_lines:type_name -> memoria.v1.DuplicateLines
+	16, // 3: memoria.v1.LineOrigin.writer:type_name -> memoria.v1.Writer
+	17, // 4: memoria.v1.LineOrigin.add_time:type_name -> google.protobuf.Timestamp
+	18, // 5: memoria.v1.LineOrigin.turn:type_name -> memoria.v1.TurnReference
+	0,  // 6: memoria.v1.DuplicateLines.kind:type_name -> memoria.v1.DuplicateKind
+	18, // 7: memoria.v1.RenderMemoryBlockRequest.turn:type_name -> memoria.v1.TurnReference
+	16, // 8: memoria.v1.RewriteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
+	18, // 9: memoria.v1.RewriteMemoryBlockRequest.turn:type_name -> memoria.v1.TurnReference
+	15, // 10: memoria.v1.RewriteMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
+	4,  // 11: memoria.v1.RewriteMemoryBlockResponse.duplicate_lines:type_name -> memoria.v1.DuplicateLines
+	16, // 12: memoria.v1.DeleteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
+	19, // 13: memoria.v1.GetMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
+	16, // 14: memoria.v1.UpdateMemorySettingsRequest.writer:type_name -> memoria.v1.Writer
+	19, // 15: memoria.v1.UpdateMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
+	1,  // 16: memoria.v1.MemoryBlockService.GetMemoryBlock:input_type -> memoria.v1.GetMemoryBlockRequest
+	5,  // 17: memoria.v1.MemoryBlockService.RenderMemoryBlock:input_type -> memoria.v1.RenderMemoryBlockRequest
+	7,  // 18: memoria.v1.MemoryBlockService.RewriteMemoryBlock:input_type -> memoria.v1.RewriteMemoryBlockRequest
+	9,  // 19: memoria.v1.MemoryBlockService.DeleteMemoryBlock:input_type -> memoria.v1.DeleteMemoryBlockRequest
+	11, // 20: memoria.v1.MemoryBlockService.GetMemorySettings:input_type -> memoria.v1.GetMemorySettingsRequest
+	13, // 21: memoria.v1.MemoryBlockService.UpdateMemorySettings:input_type -> memoria.v1.UpdateMemorySettingsRequest
+	2,  // 22: memoria.v1.MemoryBlockService.GetMemoryBlock:output_type -> memoria.v1.GetMemoryBlockResponse
+	6,  // 23: memoria.v1.MemoryBlockService.RenderMemoryBlock:output_type -> memoria.v1.RenderMemoryBlockResponse
+	8,  // 24: memoria.v1.MemoryBlockService.RewriteMemoryBlock:output_type -> memoria.v1.RewriteMemoryBlockResponse
+	10, // 25: memoria.v1.MemoryBlockService.DeleteMemoryBlock:output_type -> memoria.v1.DeleteMemoryBlockResponse
+	12, // 26: memoria.v1.MemoryBlockService.GetMemorySettings:output_type -> memoria.v1.GetMemorySettingsResponse
+	14, // 27: memoria.v1.MemoryBlockService.UpdateMemorySettings:output_type -> memoria.v1.UpdateMemorySettingsResponse
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_memoria_v1_memory_block_service_proto_init() }
@@ -814,21 +1079,22 @@ func file_memoria_v1_memory_block_service_proto_init() {
 		return
 	}
 	file_memoria_v1_memory_block_proto_init()
-	file_memoria_v1_memory_block_service_proto_msgTypes[4].OneofWrappers = []any{}
 	file_memoria_v1_memory_block_service_proto_msgTypes[6].OneofWrappers = []any{}
-	file_memoria_v1_memory_block_service_proto_msgTypes[10].OneofWrappers = []any{}
+	file_memoria_v1_memory_block_service_proto_msgTypes[8].OneofWrappers = []any{}
+	file_memoria_v1_memory_block_service_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_memoria_v1_memory_block_service_proto_rawDesc), len(file_memoria_v1_memory_block_service_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   12,
+			NumEnums:      1,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_memoria_v1_memory_block_service_proto_goTypes,
 		DependencyIndexes: file_memoria_v1_memory_block_service_proto_depIdxs,
+		EnumInfos:         file_memoria_v1_memory_block_service_proto_enumTypes,
 		MessageInfos:      file_memoria_v1_memory_block_service_proto_msgTypes,
 	}.Build()
 	File_memoria_v1_memory_block_service_proto = out.File

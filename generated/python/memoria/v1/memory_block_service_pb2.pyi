@@ -6,7 +6,9 @@ isort:skip_file
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from memoria.v1 import memory_block_pb2 as _memory_block_pb2
 import builtins as _builtins
 import sys
@@ -18,6 +20,36 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _DuplicateKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DuplicateKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DuplicateKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DUPLICATE_KIND_UNSPECIFIED: _DuplicateKind.ValueType  # 0
+    """Not used."""
+    DUPLICATE_KIND_REPEATED: _DuplicateKind.ValueType  # 1
+    """The same line after stripping, collapsing whitespace and ignoring case."""
+    DUPLICATE_KIND_NEAR_DUPLICATE: _DuplicateKind.ValueType  # 2
+    """Lines whose sets of words (runs of letters and digits, ignoring case)
+    have a Jaccard similarity of at least 0.75, each with at least 3 words.
+    """
+
+class DuplicateKind(_DuplicateKind, metaclass=_DuplicateKindEnumTypeWrapper):
+    """DuplicateKind says how the lines of a DuplicateLines group resemble each
+    other.
+    """
+
+DUPLICATE_KIND_UNSPECIFIED: DuplicateKind.ValueType  # 0
+"""Not used."""
+DUPLICATE_KIND_REPEATED: DuplicateKind.ValueType  # 1
+"""The same line after stripping, collapsing whitespace and ignoring case."""
+DUPLICATE_KIND_NEAR_DUPLICATE: DuplicateKind.ValueType  # 2
+"""Lines whose sets of words (runs of letters and digits, ignoring case)
+have a Jaccard similarity of at least 0.75, each with at least 3 words.
+"""
+Global___DuplicateKind: _TypeAlias = DuplicateKind  # noqa: Y015
 
 @_typing.final
 class GetMemoryBlockRequest(_message.Message):
@@ -43,22 +75,124 @@ class GetMemoryBlockResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MEMORY_BLOCK_FIELD_NUMBER: _builtins.int
+    LINE_ORIGINS_FIELD_NUMBER: _builtins.int
+    DUPLICATE_LINES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def memory_block(self) -> _memory_block_pb2.MemoryBlock:
         """The stored block; empty text and etag when the caller has none."""
+
+    @_builtins.property
+    def line_origins(self) -> _containers.RepeatedCompositeFieldContainer[Global___LineOrigin]:
+        """Where the block's lines came from: at most one entry per line, ordered by
+        `line_index`. Derived from the audit log's rewrite events since the
+        block's last deletion or erasure (so an origin never outlives its
+        content). A line with no entry has no recorded origin (written before the
+        audit kept lines, or by other means). A line longer than the audit keeps
+        (200 code points) is matched by its start, and copies of a repeated line
+        take the newest additions of that text, later copies first.
+        """
+
+    @_builtins.property
+    def duplicate_lines(self) -> _containers.RepeatedCompositeFieldContainer[Global___DuplicateLines]:
+        """Lines that repeat each other or are near-duplicates, to point out to the
+        person as a rewrite's result points them out to the model. Empty when
+        there are none.
+        """
 
     def __init__(
         self,
         *,
         memory_block: _memory_block_pb2.MemoryBlock | None = ...,
+        line_origins: _abc.Iterable[Global___LineOrigin] | None = ...,
+        duplicate_lines: _abc.Iterable[Global___DuplicateLines] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["memory_block", b"memory_block"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory_block", b"memory_block"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicate_lines", b"duplicate_lines", "line_origins", b"line_origins", "memory_block", b"memory_block"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetMemoryBlockResponse: _TypeAlias = GetMemoryBlockResponse  # noqa: Y015
+
+@_typing.final
+class LineOrigin(_message.Message):
+    """LineOrigin says when, by whom and in which turn one line of the current
+    block was added.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINE_INDEX_FIELD_NUMBER: _builtins.int
+    WRITER_FIELD_NUMBER: _builtins.int
+    ADD_TIME_FIELD_NUMBER: _builtins.int
+    TURN_FIELD_NUMBER: _builtins.int
+    line_index: _builtins.int
+    """The line's 0-based index in the block's text split on "\\n"."""
+    writer: _memory_block_pb2.Writer.ValueType
+    """Who wrote the rewrite that added the line: the model or the person."""
+    @_builtins.property
+    def add_time(self) -> _timestamp_pb2.Timestamp:
+        """When that rewrite was saved."""
+
+    @_builtins.property
+    def turn(self) -> _memory_block_pb2.TurnReference:
+        """The turn the rewrite was made in; unset when it named none (a settings
+        screen's write, or a write made without a turn). Inspect it with
+        ConversationSearchService.GetTurnInspection.
+        """
+
+    def __init__(
+        self,
+        *,
+        line_index: _builtins.int = ...,
+        writer: _memory_block_pb2.Writer.ValueType = ...,
+        add_time: _timestamp_pb2.Timestamp | None = ...,
+        turn: _memory_block_pb2.TurnReference | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_time", b"add_time", "turn", b"turn"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_time", b"add_time", "line_index", b"line_index", "turn", b"turn", "writer", b"writer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LineOrigin: _TypeAlias = LineOrigin  # noqa: Y015
+
+@_typing.final
+class DuplicateLines(_message.Message):
+    """DuplicateLines is one group of lines of a block that a writer may want to
+    merge into one. Nothing is dropped or changed for them: a repeated line can
+    be meant (the same item under two headings).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    LINE_INDEXES_FIELD_NUMBER: _builtins.int
+    LINES_FIELD_NUMBER: _builtins.int
+    kind: Global___DuplicateKind.ValueType
+    """How the lines resemble each other."""
+    @_builtins.property
+    def line_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The lines' 0-based indexes in the block's text split on "\\n", ascending."""
+
+    @_builtins.property
+    def lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The lines themselves, in the order of `line_indexes`."""
+
+    def __init__(
+        self,
+        *,
+        kind: Global___DuplicateKind.ValueType = ...,
+        line_indexes: _abc.Iterable[_builtins.int] | None = ...,
+        lines: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "line_indexes", b"line_indexes", "lines", b"lines"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DuplicateLines: _TypeAlias = DuplicateLines  # noqa: Y015
 
 @_typing.final
 class RenderMemoryBlockRequest(_message.Message):
@@ -198,6 +332,7 @@ class RewriteMemoryBlockResponse(_message.Message):
     REMOVED_LINES_FIELD_NUMBER: _builtins.int
     ADDED_LINES_FIELD_NUMBER: _builtins.int
     CHANGED_FIELD_NUMBER: _builtins.int
+    DUPLICATE_LINES_FIELD_NUMBER: _builtins.int
     changed: _builtins.bool
     """False when the text equalled the stored block: nothing was written and
     no audit event was recorded.
@@ -214,6 +349,13 @@ class RewriteMemoryBlockResponse(_message.Message):
     def added_lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Lines of the new block that this write added, in their order."""
 
+    @_builtins.property
+    def duplicate_lines(self) -> _containers.RepeatedCompositeFieldContainer[Global___DuplicateLines]:
+        """Repeated and near-duplicate lines of `memory_block` (see DuplicateKind),
+        repeated groups first; empty when there are none. The block was saved as
+        written: these are pointed out so the next write can merge them.
+        """
+
     def __init__(
         self,
         *,
@@ -221,10 +363,11 @@ class RewriteMemoryBlockResponse(_message.Message):
         removed_lines: _abc.Iterable[_builtins.str] | None = ...,
         added_lines: _abc.Iterable[_builtins.str] | None = ...,
         changed: _builtins.bool = ...,
+        duplicate_lines: _abc.Iterable[Global___DuplicateLines] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["memory_block", b"memory_block"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_lines", b"added_lines", "changed", b"changed", "memory_block", b"memory_block", "removed_lines", b"removed_lines"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_lines", b"added_lines", "changed", b"changed", "duplicate_lines", b"duplicate_lines", "memory_block", b"memory_block", "removed_lines", b"removed_lines"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

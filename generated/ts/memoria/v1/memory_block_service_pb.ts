@@ -2,8 +2,10 @@
 // @generated from file memoria/v1/memory_block_service.proto (package memoria.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { MemoryBlock, MemorySettings, TurnReference, Writer } from "./memory_block_pb.js";
 import { file_memoria_v1_memory_block } from "./memory_block_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file memoria/v1/memory_block_service.proto.
  */
 export const file_memoria_v1_memory_block_service: GenFile = /*@__PURE__*/
-  fileDesc("CiVtZW1vcmlhL3YxL21lbW9yeV9ibG9ja19zZXJ2aWNlLnByb3RvEgptZW1vcmlhLnYxIhcKFUdldE1lbW9yeUJsb2NrUmVxdWVzdCJHChZHZXRNZW1vcnlCbG9ja1Jlc3BvbnNlEi0KDG1lbW9yeV9ibG9jaxgBIAEoCzIXLm1lbW9yaWEudjEuTWVtb3J5QmxvY2siQwoYUmVuZGVyTWVtb3J5QmxvY2tSZXF1ZXN0EicKBHR1cm4YASABKAsyGS5tZW1vcmlhLnYxLlR1cm5SZWZlcmVuY2UiaQoZUmVuZGVyTWVtb3J5QmxvY2tSZXNwb25zZRIWCg5wcm9tcHRfc2VjdGlvbhgBIAEoCRIMCgRldGFnGAIgASgJEhIKCmNoYXJfY291bnQYAyABKAUSEgoKY2hhcl9saW1pdBgEIAEoBSKSAQoZUmV3cml0ZU1lbW9yeUJsb2NrUmVxdWVzdBIMCgR0ZXh0GAEgASgJEiIKBndyaXRlchgCIAEoDjISLm1lbW9yaWEudjEuV3JpdGVyEhEKBGV0YWcYAyABKAlIAIgBARInCgR0dXJuGAQgASgLMhkubWVtb3JpYS52MS5UdXJuUmVmZXJlbmNlQgcKBV9ldGFnIogBChpSZXdyaXRlTWVtb3J5QmxvY2tSZXNwb25zZRItCgxtZW1vcnlfYmxvY2sYASABKAsyFy5tZW1vcmlhLnYxLk1lbW9yeUJsb2NrEhUKDXJlbW92ZWRfbGluZXMYAiADKAkSEwoLYWRkZWRfbGluZXMYAyADKAkSDwoHY2hhbmdlZBgEIAEoCCJaChhEZWxldGVNZW1vcnlCbG9ja1JlcXVlc3QSIgoGd3JpdGVyGAEgASgOMhIubWVtb3JpYS52MS5Xcml0ZXISEQoEZXRhZxgCIAEoCUgAiAEBQgcKBV9ldGFnIkgKGURlbGV0ZU1lbW9yeUJsb2NrUmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCBIaChJyZW1vdmVkX2xpbmVfY291bnQYAiABKAUiGgoYR2V0TWVtb3J5U2V0dGluZ3NSZXF1ZXN0IkkKGUdldE1lbW9yeVNldHRpbmdzUmVzcG9uc2USLAoIc2V0dGluZ3MYASABKAsyGi5tZW1vcmlhLnYxLk1lbW9yeVNldHRpbmdzInEKG1VwZGF0ZU1lbW9yeVNldHRpbmdzUmVxdWVzdBIbCg5tZW1vcnlfZW5hYmxlZBgBIAEoCEgAiAEBEiIKBndyaXRlchgCIAEoDjISLm1lbW9yaWEudjEuV3JpdGVyQhEKD19tZW1vcnlfZW5hYmxlZCJMChxVcGRhdGVNZW1vcnlTZXR0aW5nc1Jlc3BvbnNlEiwKCHNldHRpbmdzGAEgASgLMhoubWVtb3JpYS52MS5NZW1vcnlTZXR0aW5nczKBBQoSTWVtb3J5QmxvY2tTZXJ2aWNlElwKDkdldE1lbW9yeUJsb2NrEiEubWVtb3JpYS52MS5HZXRNZW1vcnlCbG9ja1JlcXVlc3QaIi5tZW1vcmlhLnYxLkdldE1lbW9yeUJsb2NrUmVzcG9uc2UiA5ACARJlChFSZW5kZXJNZW1vcnlCbG9jaxIkLm1lbW9yaWEudjEuUmVuZGVyTWVtb3J5QmxvY2tSZXF1ZXN0GiUubWVtb3JpYS52MS5SZW5kZXJNZW1vcnlCbG9ja1Jlc3BvbnNlIgOQAgESaAoSUmV3cml0ZU1lbW9yeUJsb2NrEiUubWVtb3JpYS52MS5SZXdyaXRlTWVtb3J5QmxvY2tSZXF1ZXN0GiYubWVtb3JpYS52MS5SZXdyaXRlTWVtb3J5QmxvY2tSZXNwb25zZSIDkAICEmUKEURlbGV0ZU1lbW9yeUJsb2NrEiQubWVtb3JpYS52MS5EZWxldGVNZW1vcnlCbG9ja1JlcXVlc3QaJS5tZW1vcmlhLnYxLkRlbGV0ZU1lbW9yeUJsb2NrUmVzcG9uc2UiA5ACAhJlChFHZXRNZW1vcnlTZXR0aW5ncxIkLm1lbW9yaWEudjEuR2V0TWVtb3J5U2V0dGluZ3NSZXF1ZXN0GiUubWVtb3JpYS52MS5HZXRNZW1vcnlTZXR0aW5nc1Jlc3BvbnNlIgOQAgESbgoUVXBkYXRlTWVtb3J5U2V0dGluZ3MSJy5tZW1vcmlhLnYxLlVwZGF0ZU1lbW9yeVNldHRpbmdzUmVxdWVzdBooLm1lbW9yaWEudjEuVXBkYXRlTWVtb3J5U2V0dGluZ3NSZXNwb25zZSIDkAICQp0BCg5jb20ubWVtb3JpYS52MUIXTWVtb3J5QmxvY2tTZXJ2aWNlUHJvdG9QAVopbWVtb3JpYS9nZW5lcmF0ZWQvZ28vbWVtb3JpYS92MTttZW1vcmlhdjGiAgNNWFiqAgpNZW1vcmlhLlYxygIKTWVtb3JpYVxWMeICFk1lbW9yaWFcVjFcR1BCTWV0YWRhdGHqAgtNZW1vcmlhOjpWMWIGcHJvdG8z", [file_memoria_v1_memory_block]);
+  fileDesc("CiVtZW1vcmlhL3YxL21lbW9yeV9ibG9ja19zZXJ2aWNlLnByb3RvEgptZW1vcmlhLnYxIhcKFUdldE1lbW9yeUJsb2NrUmVxdWVzdCKqAQoWR2V0TWVtb3J5QmxvY2tSZXNwb25zZRItCgxtZW1vcnlfYmxvY2sYASABKAsyFy5tZW1vcmlhLnYxLk1lbW9yeUJsb2NrEiwKDGxpbmVfb3JpZ2lucxgCIAMoCzIWLm1lbW9yaWEudjEuTGluZU9yaWdpbhIzCg9kdXBsaWNhdGVfbGluZXMYAyADKAsyGi5tZW1vcmlhLnYxLkR1cGxpY2F0ZUxpbmVzIpsBCgpMaW5lT3JpZ2luEhIKCmxpbmVfaW5kZXgYASABKAUSIgoGd3JpdGVyGAIgASgOMhIubWVtb3JpYS52MS5Xcml0ZXISLAoIYWRkX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBHR1cm4YBCABKAsyGS5tZW1vcmlhLnYxLlR1cm5SZWZlcmVuY2UiXgoORHVwbGljYXRlTGluZXMSJwoEa2luZBgBIAEoDjIZLm1lbW9yaWEudjEuRHVwbGljYXRlS2luZBIUCgxsaW5lX2luZGV4ZXMYAiADKAUSDQoFbGluZXMYAyADKAkiQwoYUmVuZGVyTWVtb3J5QmxvY2tSZXF1ZXN0EicKBHR1cm4YASABKAsyGS5tZW1vcmlhLnYxLlR1cm5SZWZlcmVuY2UiaQoZUmVuZGVyTWVtb3J5QmxvY2tSZXNwb25zZRIWCg5wcm9tcHRfc2VjdGlvbhgBIAEoCRIMCgRldGFnGAIgASgJEhIKCmNoYXJfY291bnQYAyABKAUSEgoKY2hhcl9saW1pdBgEIAEoBSKSAQoZUmV3cml0ZU1lbW9yeUJsb2NrUmVxdWVzdBIMCgR0ZXh0GAEgASgJEiIKBndyaXRlchgCIAEoDjISLm1lbW9yaWEudjEuV3JpdGVyEhEKBGV0YWcYAyABKAlIAIgBARInCgR0dXJuGAQgASgLMhkubWVtb3JpYS52MS5UdXJuUmVmZXJlbmNlQgcKBV9ldGFnIr0BChpSZXdyaXRlTWVtb3J5QmxvY2tSZXNwb25zZRItCgxtZW1vcnlfYmxvY2sYASABKAsyFy5tZW1vcmlhLnYxLk1lbW9yeUJsb2NrEhUKDXJlbW92ZWRfbGluZXMYAiADKAkSEwoLYWRkZWRfbGluZXMYAyADKAkSDwoHY2hhbmdlZBgEIAEoCBIzCg9kdXBsaWNhdGVfbGluZXMYBSADKAsyGi5tZW1vcmlhLnYxLkR1cGxpY2F0ZUxpbmVzIloKGERlbGV0ZU1lbW9yeUJsb2NrUmVxdWVzdBIiCgZ3cml0ZXIYASABKA4yEi5tZW1vcmlhLnYxLldyaXRlchIRCgRldGFnGAIgASgJSACIAQFCBwoFX2V0YWciSAoZRGVsZXRlTWVtb3J5QmxvY2tSZXNwb25zZRIPCgdkZWxldGVkGAEgASgIEhoKEnJlbW92ZWRfbGluZV9jb3VudBgCIAEoBSIaChhHZXRNZW1vcnlTZXR0aW5nc1JlcXVlc3QiSQoZR2V0TWVtb3J5U2V0dGluZ3NSZXNwb25zZRIsCghzZXR0aW5ncxgBIAEoCzIaLm1lbW9yaWEudjEuTWVtb3J5U2V0dGluZ3MicQobVXBkYXRlTWVtb3J5U2V0dGluZ3NSZXF1ZXN0EhsKDm1lbW9yeV9lbmFibGVkGAEgASgISACIAQESIgoGd3JpdGVyGAIgASgOMhIubWVtb3JpYS52MS5Xcml0ZXJCEQoPX21lbW9yeV9lbmFibGVkIkwKHFVwZGF0ZU1lbW9yeVNldHRpbmdzUmVzcG9uc2USLAoIc2V0dGluZ3MYASABKAsyGi5tZW1vcmlhLnYxLk1lbW9yeVNldHRpbmdzKm8KDUR1cGxpY2F0ZUtpbmQSHgoaRFVQTElDQVRFX0tJTkRfVU5TUEVDSUZJRUQQABIbChdEVVBMSUNBVEVfS0lORF9SRVBFQVRFRBABEiEKHURVUExJQ0FURV9LSU5EX05FQVJfRFVQTElDQVRFEAIygQUKEk1lbW9yeUJsb2NrU2VydmljZRJcCg5HZXRNZW1vcnlCbG9jaxIhLm1lbW9yaWEudjEuR2V0TWVtb3J5QmxvY2tSZXF1ZXN0GiIubWVtb3JpYS52MS5HZXRNZW1vcnlCbG9ja1Jlc3BvbnNlIgOQAgESZQoRUmVuZGVyTWVtb3J5QmxvY2sSJC5tZW1vcmlhLnYxLlJlbmRlck1lbW9yeUJsb2NrUmVxdWVzdBolLm1lbW9yaWEudjEuUmVuZGVyTWVtb3J5QmxvY2tSZXNwb25zZSIDkAIBEmgKElJld3JpdGVNZW1vcnlCbG9jaxIlLm1lbW9yaWEudjEuUmV3cml0ZU1lbW9yeUJsb2NrUmVxdWVzdBomLm1lbW9yaWEudjEuUmV3cml0ZU1lbW9yeUJsb2NrUmVzcG9uc2UiA5ACAhJlChFEZWxldGVNZW1vcnlCbG9jaxIkLm1lbW9yaWEudjEuRGVsZXRlTWVtb3J5QmxvY2tSZXF1ZXN0GiUubWVtb3JpYS52MS5EZWxldGVNZW1vcnlCbG9ja1Jlc3BvbnNlIgOQAgISZQoRR2V0TWVtb3J5U2V0dGluZ3MSJC5tZW1vcmlhLnYxLkdldE1lbW9yeVNldHRpbmdzUmVxdWVzdBolLm1lbW9yaWEudjEuR2V0TWVtb3J5U2V0dGluZ3NSZXNwb25zZSIDkAIBEm4KFFVwZGF0ZU1lbW9yeVNldHRpbmdzEicubWVtb3JpYS52MS5VcGRhdGVNZW1vcnlTZXR0aW5nc1JlcXVlc3QaKC5tZW1vcmlhLnYxLlVwZGF0ZU1lbW9yeVNldHRpbmdzUmVzcG9uc2UiA5ACAkKdAQoOY29tLm1lbW9yaWEudjFCF01lbW9yeUJsb2NrU2VydmljZVByb3RvUAFaKW1lbW9yaWEvZ2VuZXJhdGVkL2dvL21lbW9yaWEvdjE7bWVtb3JpYXYxogIDTVhYqgIKTWVtb3JpYS5WMcoCCk1lbW9yaWFcVjHiAhZNZW1vcmlhXFYxXEdQQk1ldGFkYXRh6gILTWVtb3JpYTo6VjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_memoria_v1_memory_block]);
 
 /**
  * GetMemoryBlockRequest has no fields: the block is the caller's.
@@ -41,6 +43,28 @@ export type GetMemoryBlockResponse = Message<"memoria.v1.GetMemoryBlockResponse"
    * @generated from field: memoria.v1.MemoryBlock memory_block = 1;
    */
   memoryBlock?: MemoryBlock | undefined;
+
+  /**
+   * Where the block's lines came from: at most one entry per line, ordered by
+   * `line_index`. Derived from the audit log's rewrite events since the
+   * block's last deletion or erasure (so an origin never outlives its
+   * content). A line with no entry has no recorded origin (written before the
+   * audit kept lines, or by other means). A line longer than the audit keeps
+   * (200 code points) is matched by its start, and copies of a repeated line
+   * take the newest additions of that text, later copies first.
+   *
+   * @generated from field: repeated memoria.v1.LineOrigin line_origins = 2;
+   */
+  lineOrigins: LineOrigin[];
+
+  /**
+   * Lines that repeat each other or are near-duplicates, to point out to the
+   * person as a rewrite's result points them out to the model. Empty when
+   * there are none.
+   *
+   * @generated from field: repeated memoria.v1.DuplicateLines duplicate_lines = 3;
+   */
+  duplicateLines: DuplicateLines[];
 };
 
 /**
@@ -49,6 +73,88 @@ export type GetMemoryBlockResponse = Message<"memoria.v1.GetMemoryBlockResponse"
  */
 export const GetMemoryBlockResponseSchema: GenMessage<GetMemoryBlockResponse> = /*@__PURE__*/
   messageDesc(file_memoria_v1_memory_block_service, 1);
+
+/**
+ * LineOrigin says when, by whom and in which turn one line of the current
+ * block was added.
+ *
+ * @generated from message memoria.v1.LineOrigin
+ */
+export type LineOrigin = Message<"memoria.v1.LineOrigin"> & {
+  /**
+   * The line's 0-based index in the block's text split on "\n".
+   *
+   * @generated from field: int32 line_index = 1;
+   */
+  lineIndex: number;
+
+  /**
+   * Who wrote the rewrite that added the line: the model or the person.
+   *
+   * @generated from field: memoria.v1.Writer writer = 2;
+   */
+  writer: Writer;
+
+  /**
+   * When that rewrite was saved.
+   *
+   * @generated from field: google.protobuf.Timestamp add_time = 3;
+   */
+  addTime?: Timestamp | undefined;
+
+  /**
+   * The turn the rewrite was made in; unset when it named none (a settings
+   * screen's write, or a write made without a turn). Inspect it with
+   * ConversationSearchService.GetTurnInspection.
+   *
+   * @generated from field: memoria.v1.TurnReference turn = 4;
+   */
+  turn?: TurnReference | undefined;
+};
+
+/**
+ * Describes the message memoria.v1.LineOrigin.
+ * Use `create(LineOriginSchema)` to create a new message.
+ */
+export const LineOriginSchema: GenMessage<LineOrigin> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_memory_block_service, 2);
+
+/**
+ * DuplicateLines is one group of lines of a block that a writer may want to
+ * merge into one. Nothing is dropped or changed for them: a repeated line can
+ * be meant (the same item under two headings).
+ *
+ * @generated from message memoria.v1.DuplicateLines
+ */
+export type DuplicateLines = Message<"memoria.v1.DuplicateLines"> & {
+  /**
+   * How the lines resemble each other.
+   *
+   * @generated from field: memoria.v1.DuplicateKind kind = 1;
+   */
+  kind: DuplicateKind;
+
+  /**
+   * The lines' 0-based indexes in the block's text split on "\n", ascending.
+   *
+   * @generated from field: repeated int32 line_indexes = 2;
+   */
+  lineIndexes: number[];
+
+  /**
+   * The lines themselves, in the order of `line_indexes`.
+   *
+   * @generated from field: repeated string lines = 3;
+   */
+  lines: string[];
+};
+
+/**
+ * Describes the message memoria.v1.DuplicateLines.
+ * Use `create(DuplicateLinesSchema)` to create a new message.
+ */
+export const DuplicateLinesSchema: GenMessage<DuplicateLines> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_memory_block_service, 3);
 
 /**
  * RenderMemoryBlockRequest asks for the caller's prompt section.
@@ -76,7 +182,7 @@ export type RenderMemoryBlockRequest = Message<"memoria.v1.RenderMemoryBlockRequ
  * Use `create(RenderMemoryBlockRequestSchema)` to create a new message.
  */
 export const RenderMemoryBlockRequestSchema: GenMessage<RenderMemoryBlockRequest> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_memory_block_service, 2);
+  messageDesc(file_memoria_v1_memory_block_service, 4);
 
 /**
  * RenderMemoryBlockResponse is the section to load into the system prompt.
@@ -124,7 +230,7 @@ export type RenderMemoryBlockResponse = Message<"memoria.v1.RenderMemoryBlockRes
  * Use `create(RenderMemoryBlockResponseSchema)` to create a new message.
  */
 export const RenderMemoryBlockResponseSchema: GenMessage<RenderMemoryBlockResponse> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_memory_block_service, 3);
+  messageDesc(file_memoria_v1_memory_block_service, 5);
 
 /**
  * RewriteMemoryBlockRequest replaces the caller's whole block.
@@ -178,7 +284,7 @@ export type RewriteMemoryBlockRequest = Message<"memoria.v1.RewriteMemoryBlockRe
  * Use `create(RewriteMemoryBlockRequestSchema)` to create a new message.
  */
 export const RewriteMemoryBlockRequestSchema: GenMessage<RewriteMemoryBlockRequest> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_memory_block_service, 4);
+  messageDesc(file_memoria_v1_memory_block_service, 6);
 
 /**
  * RewriteMemoryBlockResponse reports the saved block and the line diff.
@@ -214,6 +320,15 @@ export type RewriteMemoryBlockResponse = Message<"memoria.v1.RewriteMemoryBlockR
    * @generated from field: bool changed = 4;
    */
   changed: boolean;
+
+  /**
+   * Repeated and near-duplicate lines of `memory_block` (see DuplicateKind),
+   * repeated groups first; empty when there are none. The block was saved as
+   * written: these are pointed out so the next write can merge them.
+   *
+   * @generated from field: repeated memoria.v1.DuplicateLines duplicate_lines = 5;
+   */
+  duplicateLines: DuplicateLines[];
 };
 
 /**
@@ -221,7 +336,7 @@ export type RewriteMemoryBlockResponse = Message<"memoria.v1.RewriteMemoryBlockR
  * Use `create(RewriteMemoryBlockResponseSchema)` to create a new message.
  */
 export const RewriteMemoryBlockResponseSchema: GenMessage<RewriteMemoryBlockResponse> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_memory_block_service, 5);
+  messageDesc(file_memoria_v1_memory_block_service, 7);
 
 /**
  * DeleteMemoryBlockRequest removes the caller's whole block.
@@ -251,7 +366,7 @@ export type DeleteMemoryBlockRequest = Message<"memoria.v1.DeleteMemoryBlockRequ
  * Use `create(DeleteMemoryBlockRequestSchema)` to create a new message.
  */
 export const DeleteMemoryBlockRequestSchema: GenMessage<DeleteMemoryBlockRequest> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_memory_block_service, 6);
+  messageDesc(file_memoria_v1_memory_block_service, 8);
 
 /**
  * DeleteMemoryBlockResponse reports what the delete removed.
@@ -279,7 +394,7 @@ export type DeleteMemoryBlockResponse = Message<"memoria.v1.DeleteMemoryBlockRes
  * Use `create(DeleteMemoryBlockResponseSchema)` to create a new message.
  */
 export const DeleteMemoryBlockResponseSchema: GenMessage<DeleteMemoryBlockResponse> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_memory_block_service, 7);
+  messageDesc(file_memoria_v1_memory_block_service, 9);
 
 /**
  * GetMemorySettingsRequest has no fields: the settings are the caller's.
@@ -294,7 +409,7 @@ export type GetMemorySettingsRequest = Message<"memoria.v1.GetMemorySettingsRequ
  * Use `create(GetMemorySettingsRequestSchema)` to create a new message.
  */
 export const GetMemorySettingsRequestSchema: GenMessage<GetMemorySettingsRequest> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_memory_block_service, 8);
+  messageDesc(file_memoria_v1_memory_block_service, 10);
 
 /**
  * GetMemorySettingsResponse carries the caller's settings.
@@ -315,7 +430,7 @@ export type GetMemorySettingsResponse = Message<"memoria.v1.GetMemorySettingsRes
  * Use `create(GetMemorySettingsResponseSchema)` to create a new message.
  */
 export const GetMemorySettingsResponseSchema: GenMessage<GetMemorySettingsResponse> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_memory_block_service, 9);
+  messageDesc(file_memoria_v1_memory_block_service, 11);
 
 /**
  * UpdateMemorySettingsRequest changes some of the caller's settings.
@@ -343,7 +458,7 @@ export type UpdateMemorySettingsRequest = Message<"memoria.v1.UpdateMemorySettin
  * Use `create(UpdateMemorySettingsRequestSchema)` to create a new message.
  */
 export const UpdateMemorySettingsRequestSchema: GenMessage<UpdateMemorySettingsRequest> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_memory_block_service, 10);
+  messageDesc(file_memoria_v1_memory_block_service, 12);
 
 /**
  * UpdateMemorySettingsResponse carries the settings after the update.
@@ -364,7 +479,43 @@ export type UpdateMemorySettingsResponse = Message<"memoria.v1.UpdateMemorySetti
  * Use `create(UpdateMemorySettingsResponseSchema)` to create a new message.
  */
 export const UpdateMemorySettingsResponseSchema: GenMessage<UpdateMemorySettingsResponse> = /*@__PURE__*/
-  messageDesc(file_memoria_v1_memory_block_service, 11);
+  messageDesc(file_memoria_v1_memory_block_service, 13);
+
+/**
+ * DuplicateKind says how the lines of a DuplicateLines group resemble each
+ * other.
+ *
+ * @generated from enum memoria.v1.DuplicateKind
+ */
+export enum DuplicateKind {
+  /**
+   * Not used.
+   *
+   * @generated from enum value: DUPLICATE_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The same line after stripping, collapsing whitespace and ignoring case.
+   *
+   * @generated from enum value: DUPLICATE_KIND_REPEATED = 1;
+   */
+  REPEATED = 1,
+
+  /**
+   * Lines whose sets of words (runs of letters and digits, ignoring case)
+   * have a Jaccard similarity of at least 0.75, each with at least 3 words.
+   *
+   * @generated from enum value: DUPLICATE_KIND_NEAR_DUPLICATE = 2;
+   */
+  NEAR_DUPLICATE = 2,
+}
+
+/**
+ * Describes the enum memoria.v1.DuplicateKind.
+ */
+export const DuplicateKindSchema: GenEnum<DuplicateKind> = /*@__PURE__*/
+  enumDesc(file_memoria_v1_memory_block_service, 0);
 
 /**
  * MemoryBlockService keeps one free-text memory block per person (principal)

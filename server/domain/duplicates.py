@@ -1,0 +1,134 @@
+"""Repeated and near-duplicate lines of a memory block (DESIGN 2, "the model proposes, the
+service checks").
+
+A saved rewrite's result and the person's page point these lines out so the next write merges
+them; nothing is dropped or changed for them (a repeated line can be meant: the same item under
+two headings), as with removed lines the service exposes rather than prevents.
+
+The two rules, each explainable in one sentence:
+- **Repeated**: lines that are the same after stripping, collapsing whitespace and ignoring case
+  (`casefold`).
+- **Near-duplicate**: lines whose sets of words (runs of letters and digits, case-folded) have
+  a Jaccard similarity of at least `NEAR_DUPLICATE_SIMILARITY` (shared words over all words of
+  the two), each line having at least `MIN_NEAR_DUPLICATE_WORDS` words. Measured on the
+  examples in tests/unit/test_duplicates.py: "Preferred name: Ana" and "Preferred name is Ana"
+  share 3 of 4 words (0.75, a match); "Jira account: acct-7731" and "Jira account: acct-7732"
+  share 3 of 5 (0.6: two accounts are two facts, not a match); "Name: Ana" and "Name: Bob"
+  have too few words to judge. Word order does not count ("Ana prefers tea" repeats "prefers
+  tea, Ana"); meaning does not either ("Likes short answers" and "Prefers brief replies" are
+  not found: the instructions ask the model to edit the line that covers a fact).
+Near-duplicates are grouped transitively (A near B and B near C make one group), so each group
+is one thing to merge.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+from server.domain.text import lines_of
+
+NEAR_DUPLICATE_SIMILARITY = 0.75
+"""Least Jaccard similarity of two lines' word sets for them to be near-duplicates."""
+MIN_NEAR_DUPLICATE_WORDS = 3
+"""Lines with fewer distinct words are never near-duplicates (only repeated): two words in
+common out of three says little ("Name: Ana" / "Name: Bob")."""
+
+_WORD = re.compile(r"\w+")
+
+
+class DuplicateKind(enum.Enum):
+    """How the lines of a group resemble each other."""
+
+    REPEATED = "repeated"
+    NEAR_DUPLICATE = "near_duplicate"
+
+
+@dataclass(frozen=True)
+class DuplicateGroup:
+    """Lines of one block to merge into one: their 0-based indexes in the block's lines (in
+    order) and the lines themselves."""
+
+    kind: DuplicateKind
+    line_indexes: tuple[int, ...]
+    lines: tuple[str, ...]
+
+
+def repeat_key(line: str) -> str:
+    """What makes two lines repeats: stripped, whitespace runs collapsed, case ignored."""
+    return " ".join(line.split()).casefold()
+
+
+def word_set(line: str) -> frozenset[str]:
+    """The words a near-duplicate is judged on: runs of letters and digits, case-folded."""
+    return frozenset(_WORD.findall(line.casefold()))
+
+
+def similarity(a: frozenset[str], b: frozenset[str]) -> float:
+    """Jaccard similarity of two word sets (0 when both are empty)."""
+    union = len(a | b)
+    return len(a & b) / union if union else 0.0
+
+
+def duplicate_groups(text: str) -> tuple[DuplicateGroup, ...]:
+    """The repeated and the near-duplicate lines of a sanitized block, repeated groups first,
+    each group ordered by line and the groups by their first line. Blank lines are ignored."""
+    lines = lines_of(text)
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for index, line in enumerate(lines):
+        key = repeat_key(line)
+        if key:
+            by_key[key].append(index)
+    groups = [
+        _group(DuplicateKind.REPEATED, indexes, lines)
+        for indexes in by_key.values()
+        if len(indexes) > 1
+    ]
+    groups += [
+        _group(DuplicateKind.NEAR_DUPLICATE, sorted(i for key in keys for i in by_key[key]), lines)
+        for keys in _near_components(list(by_key))
+    ]
+    repeated = [g for g in groups if g.kind is DuplicateKind.REPEATED]
+    near = [g for g in groups if g.kind is DuplicateKind.NEAR_DUPLICATE]
+    return tuple(sorted(repeated, key=_first) + sorted(near, key=_first))
+
+
+def _first(group: DuplicateGroup) -> int:
+    return group.line_indexes[0]
+
+
+def _group(kind: DuplicateKind, indexes: list[int], lines: list[str]) -> DuplicateGroup:
+    return DuplicateGroup(kind, tuple(indexes), tuple(lines[i] for i in indexes))
+
+
+def _near_components(keys: list[str]) -> list[list[str]]:
+    """Groups of distinct lines (by repeat key) linked by near-duplicate pairs. Candidate pairs
+    come from shared words (an inverted index), so a block of unrelated lines costs about its
+    length, not the square of its line count."""
+    words = [word_set(key) for key in keys]
+    candidates: set[tuple[int, int]] = set()
+    having: dict[str, list[int]] = defaultdict(list)
+    for i, ws in enumerate(words):
+        if len(ws) < MIN_NEAR_DUPLICATE_WORDS:
+            continue
+        for word in ws:
+            for j in having[word]:
+                candidates.add((j, i))
+            having[word].append(i)
+    parent = list(range(len(keys)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, j in sorted(candidates):
+        if similarity(words[i], words[j]) >= NEAR_DUPLICATE_SIMILARITY:
+            parent[root(j)] = root(i)
+    components: dict[int, list[str]] = defaultdict(list)
+    for i, key in enumerate(keys):
+        components[root(i)].append(key)
+    return [members for members in components.values() if len(members) > 1]

@@ -1,0 +1,137 @@
+"""Repeated and near-duplicate lines (server/domain/duplicates.py): examples that must and must
+not match, the grouping, and that a rewrite's result carries them without changing the block."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from server.domain import model_words as words
+from server.domain.duplicates import (
+    NEAR_DUPLICATE_SIMILARITY,
+    DuplicateGroup,
+    DuplicateKind,
+    duplicate_groups,
+    similarity,
+    word_set,
+)
+from server.domain.memory import MemoryBlocks
+from server.domain.model import Identity, Writer
+from tests.fakes import InMemoryMemoryStore
+
+REPEATED = DuplicateKind.REPEATED
+NEAR = DuplicateKind.NEAR_DUPLICATE
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Likes short answers", "Likes short answers"),
+        ("  Likes   short answers ", "likes short ANSWERS"),
+        ("Ana\tprefers tea", "ana prefers tea"),
+    ],
+)
+def test_repeats_are_equal_after_whitespace_and_case(a: str, b: str) -> None:
+    assert duplicate_groups(f"{a}\n{b}") == (DuplicateGroup(REPEATED, (0, 1), (a, b)),)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Preferred name: Ana", "Preferred name is Ana"),  # 3 of 4 words
+        ("Preferred name: Ana", "Preferred name - Ana."),  # punctuation only
+        ("Ana prefers tea", "tea, Ana prefers"),  # order does not count
+        ("Works at Acme as a data engineer", "Works at Acme as data engineer"),
+        ("Jira account: acct-7731 (confirmed)", "Jira account acct-7731, confirmed"),
+    ],
+)
+def test_near_duplicates_share_most_words(a: str, b: str) -> None:
+    assert similarity(word_set(a), word_set(b)) >= NEAR_DUPLICATE_SIMILARITY
+    assert duplicate_groups(f"{a}\n{b}") == (DuplicateGroup(NEAR, (0, 1), (a, b)),)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Jira account: acct-7731", "Jira account: acct-7732"),  # two accounts: 3 of 5 words
+        ("Name: Ana", "Name: Bob"),  # too few words to judge
+        ("Name: Ana", "name ana"),  # the same words, but only two
+        ("Likes short answers", "Prefers brief replies"),  # the same meaning is not found
+        ("Lives in Lisbon", "Moved from Lisbon to Porto in 2024"),
+        ("Birthday: 1990-03-04", "Birthday: 1990-03-05"),
+    ],
+)
+def test_lines_that_are_not_near_duplicates(a: str, b: str) -> None:
+    assert duplicate_groups(f"{a}\n{b}") == ()
+
+
+def test_groups_are_transitive_ordered_and_ignore_blank_lines() -> None:
+    text = "\n".join(
+        [
+            "Projects:",  # 0
+            "- Memoria",  # 1
+            "",  # 2
+            "Interests:",  # 3
+            "- memoria",  # 4: repeats 1 (meant, perhaps: the page and the model only see it)
+            "Preferred name: Ana",  # 5
+            "Preferred name is Ana",  # 6
+            "The preferred name is Ana",  # 7: near 6, not near enough 5 (3 of 5): one group
+            "",  # 8
+        ]
+    )
+    assert duplicate_groups(text) == (
+        DuplicateGroup(REPEATED, (1, 4), ("- Memoria", "- memoria")),
+        DuplicateGroup(
+            NEAR,
+            (5, 6, 7),
+            ("Preferred name: Ana", "Preferred name is Ana", "The preferred name is Ana"),
+        ),
+    )
+
+
+def test_a_block_of_distinct_lines_has_none() -> None:
+    assert duplicate_groups("") == ()
+    assert duplicate_groups("Preferred name: Ana\nJira account: acct-7731\nLikes tea") == ()
+
+
+class _Clock:
+    def __call__(self) -> datetime:
+        return datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_a_rewrite_points_them_out_and_saves_the_text_as_written() -> None:
+    blocks = MemoryBlocks(InMemoryMemoryStore(), _Clock())
+    who = Identity("acme", "ana")
+    text = "Likes tea\nPreferred name: Ana\nlikes  tea"
+    result = blocks.rewrite(who, text, Writer.MODEL)
+    assert result.block.text == text
+    assert result.duplicates == (DuplicateGroup(REPEATED, (0, 2), ("Likes tea", "likes  tea")),)
+    # An identical rewrite reports them too; the page reads them with the block.
+    assert blocks.rewrite(who, text, Writer.MODEL).duplicates == result.duplicates
+    assert blocks.get_annotated(who).duplicates == result.duplicates
+
+
+def test_the_model_reads_them_after_a_saved_rewrite_and_nothing_more_without() -> None:
+    groups = duplicate_groups("Likes tea\nPreferred name: Ana\nlikes tea\nPreferred name is Ana")
+    text = words.saved(60, 4000, [], ["Preferred name is Ana"], groups)
+    assert text == "\n".join(
+        [
+            "Saved. The memory block now has 60/4,000 characters.",
+            "Removed lines: none.",
+            "Added lines:",
+            "+ Preferred name is Ana",
+            "Lines that repeat each other (saved as written; next time you write the block, "
+            "merge each group into one line unless the repetition is meant):",
+            "* lines 1 and 3 (the same line):",
+            "  1: Likes tea",
+            "  3: likes tea",
+            "* lines 2 and 4 (near-duplicates):",
+            "  2: Preferred name: Ana",
+            "  4: Preferred name is Ana",
+            "This write is done: do not call memory_rewrite again for it. Only if a removal "
+            "above was not intended, call it once more with that line restored.",
+        ]
+    )
+    assert words.saved(9, 4000, [], ["Likes tea"], ()) == words.saved(9, 4000, [], ["Likes tea"])
+    assert "repeat" not in words.saved(9, 4000, [], ["Likes tea"])
