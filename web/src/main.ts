@@ -4,6 +4,10 @@
  * it and when; deletes past conversations or everything. It calls the same contract as every
  * other client, over Connect from the server's HTTP port (server/rpc/web.py).
  *
+ * Each line of the saved memory says where it came from (when it was added, by the assistant or
+ * by the person, in which conversation and turn, with that turn's inspector one click away), and
+ * lines that repeat each other are pointed out as the assistant is told after a write (issue 25).
+ *
  * Everything shown comes through textContent or form values, never innerHTML: a block holding
  * markup displays as text (and the server's Content-Security-Policy forbids inline script on
  * top of that).
@@ -20,7 +24,12 @@ import {
   type TurnInspection,
 } from "../../generated/ts/memoria/v1/conversation_search_service_pb.js";
 import { TurnReferenceSchema, Writer } from "../../generated/ts/memoria/v1/memory_block_pb.js";
-import { MemoryBlockService } from "../../generated/ts/memoria/v1/memory_block_service_pb.js";
+import {
+  DuplicateKind,
+  MemoryBlockService,
+  type DuplicateLines,
+  type GetMemoryBlockResponse,
+} from "../../generated/ts/memoria/v1/memory_block_service_pb.js";
 import { describe, reasonOf } from "./errors.js";
 
 type Mode = "token" | "headers" | "proxy";
@@ -100,12 +109,86 @@ function updateCount(): void {
 }
 
 async function loadBlock(): Promise<void> {
-  const { memoryBlock } = await blocks.getMemoryBlock({});
+  const answer = await blocks.getMemoryBlock({});
+  const memoryBlock = answer.memoryBlock;
   baseline = { etag: memoryBlock?.etag ?? "", text: memoryBlock?.text ?? "" };
   charLimit = memoryBlock?.charLimit ?? 0;
   $<HTMLTextAreaElement>("block").value = baseline.text;
   $("conflict").hidden = true;
   updateCount();
+  showLines(answer);
+}
+
+/** Refreshes the saved lines, their origins and repeats (after a save: the box keeps its text). */
+async function loadLines(): Promise<void> {
+  showLines(await blocks.getMemoryBlock({}));
+}
+
+function writerWords(writer: Writer): string {
+  return writer === Writer.MODEL ? "the assistant" : writer === Writer.USER ? "you" : "someone";
+}
+
+function lineNumbers(indexes: number[]): string {
+  const numbers = indexes.map((i) => String(i + 1));
+  return numbers.length < 2 ? numbers.join("") : `${numbers.slice(0, -1).join(", ")} and ${numbers.at(-1)}`;
+}
+
+/** What a line's duplicate note says: the other lines of its group, and how they resemble it. */
+function duplicateNote(group: DuplicateLines, index: number): string {
+  const others = group.lineIndexes.filter((i) => i !== index);
+  const plural = others.length > 1 ? "lines" : "line";
+  return group.kind === DuplicateKind.REPEATED
+    ? `Repeats ${plural} ${lineNumbers(others)}`
+    : `Nearly the same as ${plural} ${lineNumbers(others)}`;
+}
+
+/** The saved block line by line: where each came from and which repeat each other. */
+function showLines(answer: GetMemoryBlockResponse): void {
+  const lines = answer.memoryBlock?.text ? answer.memoryBlock.text.split("\n") : [];
+  const origins = new Map(answer.lineOrigins.map((origin) => [origin.lineIndex, origin]));
+  const notes = new Map<number, string[]>();
+  for (const group of answer.duplicateLines) {
+    for (const index of group.lineIndexes) notes.set(index, [...(notes.get(index) ?? []), duplicateNote(group, index)]);
+  }
+  const list = $("lines");
+  list.replaceChildren();
+  lines.forEach((line, index) => {
+    if (line.trim() === "") return;
+    const item = element("li");
+    item.dataset["line"] = String(index + 1);
+    item.append(element("span", `${index + 1}`, "number"), element("span", line, "text"));
+    const origin = origins.get(index);
+    const about = element("div", "", "origin");
+    if (origin === undefined) {
+      about.textContent = "Where this line came from was not recorded.";
+    } else {
+      about.textContent = `Added ${when(origin.addTime)} by ${writerWords(origin.writer)}`;
+      const turn = origin.turn;
+      if (turn !== undefined && turn.conversationId !== "") {
+        about.append(` in conversation ${turn.conversationId}, turn ${turn.turnId} `);
+        const inspect = element("button", `What turn ${turn.turnId} used`, "inspect");
+        inspect.dataset["conversation"] = turn.conversationId;
+        inspect.dataset["turn"] = turn.turnId;
+        inspect.addEventListener("click", () => void inspectTurn(turn.conversationId, turn.turnId));
+        about.append(inspect);
+      }
+    }
+    item.append(about);
+    for (const note of notes.get(index) ?? []) {
+      item.classList.add("duplicate");
+      item.append(element("div", note, "duplicate-note"));
+    }
+    list.append(item);
+  });
+  $("lines-section").hidden = lines.length === 0;
+  const groups = answer.duplicateLines.length;
+  $("duplicates").hidden = groups === 0;
+  $("duplicates").textContent =
+    groups === 0
+      ? ""
+      : `${groups === 1 ? "One group of lines repeats" : `${groups} groups of lines repeat`} each other ` +
+        "(marked below). Nothing was changed for it; if they say the same thing, merge them into one " +
+        "line and save. The assistant is told the same after it writes.";
 }
 
 async function save(overwrite: boolean): Promise<void> {
@@ -128,6 +211,7 @@ async function save(overwrite: boolean): Promise<void> {
     $("conflict").hidden = true;
     updateCount();
     say(answer.changed ? "Saved." : "Nothing to save: your memory already says exactly this.");
+    await loadLines();
     await loadAudit(true);
   } catch (error) {
     if (reasonOf(error) === "ERROR_REASON_ETAG_MISMATCH") {
@@ -297,7 +381,8 @@ async function inspectTurn(conversationId: string, turnId: string): Promise<void
   body.replaceChildren();
   const renders = inspection?.renders ?? [];
   const searches = inspection?.searches ?? [];
-  if (renders.length === 0 && searches.length === 0) {
+  const writes = inspection?.writes ?? [];
+  if (renders.length === 0 && searches.length === 0 && writes.length === 0) {
     body.append(element("p", "Nothing was recorded for this turn."));
   }
   for (const render of renders) {
@@ -326,6 +411,22 @@ async function inspectTurn(conversationId: string, turnId: string): Promise<void
     block.append(hits);
     body.append(block);
   }
+  for (const write of writes) {
+    const block = element("div", "", "write");
+    const who = write.writer === Writer.MODEL ? "The assistant" : write.writer === Writer.USER ? "You" : "Someone";
+    block.append(element("p", `${who} changed the memory ${when(write.writeTime)}:`));
+    for (const line of write.removedLines) block.append(element("div", `− ${line}`, "lines removed"));
+    for (const line of write.addedLines) block.append(element("div", `+ ${line}`, "lines added"));
+    if (write.removedLines.length === 0 && write.addedLines.length === 0) {
+      block.append(
+        element("div", `${write.removedLineCount} lines removed, ${write.addedLineCount} added (their text was deleted since)`),
+      );
+    }
+    body.append(block);
+  }
+  const failed = inspection?.failedWriteCount ?? 0;
+  if (failed > 0) body.append(element("p", `${failed} attempted change${failed === 1 ? "" : "s"} to the memory failed.`, "failed"));
+  $("inspection").scrollIntoView({ block: "nearest" });
 }
 
 async function eraseAll(): Promise<void> {
