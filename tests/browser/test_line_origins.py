@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import Locator, Page, ViewportSize, expect
 
 from memoria.v1 import memory_block_pb2
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria_client import MemoriaTurnAdapter
 from tests.browser.conftest import Person
 
-SCREEN = {"width": 1280, "height": 800}
+SCREEN: ViewportSize = {"width": 1280, "height": 800}
 
 
 def _line(page: Page, number: int) -> Locator:
