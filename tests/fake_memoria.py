@@ -24,6 +24,7 @@ from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import model_tool_service_pb2 as tools_pb
 from memoria.v1 import model_tool_service_pb2_grpc as tools_grpc
 from server.domain import model_words
+from server.rpc.model_tools import MODEL_TOOLS
 
 WHO = [("x-memoria-tenant", "acme"), ("x-memoria-principal", "ana")]
 
@@ -76,24 +77,6 @@ def localized(code: grpc.StatusCode, reason: str, words: str) -> grpc.Status:
     )
 
 
-def model_tools() -> tools_pb.GetModelToolsResponse:
-    """GetModelTools' answer, from the server's one definition (server/domain/model_words)."""
-    return tools_pb.GetModelToolsResponse(
-        tools=[
-            tools_pb.ModelTool(
-                name=tool.name,
-                description=tool.description,
-                parameters_json_schema=tool.parameters_json(),
-                unreachable_text=model_words.UNREACHABLE_TEXT[tool.name],
-            )
-            for tool in model_words.TOOLS
-        ],
-        base_instructions=model_words.BASE_INSTRUCTIONS,
-        unavailable_prompt_section=model_words.UNAVAILABLE_PROMPT_SECTION,
-        rewrite_refused_unseen_text=model_words.REWRITE_BLOCK_UNSEEN,
-    )
-
-
 @dataclass
 class Script:
     """What the fake server answers, and what it was asked."""
@@ -122,7 +105,7 @@ class ModelTools(tools_grpc.ModelToolServiceServicer):
     ) -> tools_pb.GetModelToolsResponse:
         self.script.metadata.append(dict(context.invocation_metadata()))  # type: ignore[arg-type]
         self.script.tool_fetches += 1
-        return model_tools()
+        return MODEL_TOOLS
 
     def RenderPromptSection(
         self, request: tools_pb.RenderPromptSectionRequest, context: grpc.ServicerContext

@@ -28,7 +28,7 @@ _OUTCOMES: dict[ToolOutcome, pb.ToolCallOutcome.ValueType] = {
     ToolOutcome.FAILED_WRITES_EXHAUSTED: pb.TOOL_CALL_OUTCOME_FAILED_WRITES_EXHAUSTED,
 }
 
-_TOOLS = pb.GetModelToolsResponse(
+MODEL_TOOLS = pb.GetModelToolsResponse(
     tools=[
         pb.ModelTool(
             name=tool.name,
@@ -42,7 +42,8 @@ _TOOLS = pb.GetModelToolsResponse(
     unavailable_prompt_section=model_words.UNAVAILABLE_PROMPT_SECTION,
     rewrite_refused_unseen_text=model_words.REWRITE_BLOCK_UNSEEN,
 )
-"""The same for every caller and every call: built once."""
+"""GetModelTools' answer: the same for every caller and every call, built once (the tests'
+scripted server answers with it too)."""
 
 
 class ModelToolServicer(pb_grpc.ModelToolServiceServicer):
@@ -54,7 +55,7 @@ class ModelToolServicer(pb_grpc.ModelToolServiceServicer):
     def GetModelTools(
         self, request: pb.GetModelToolsRequest, context: grpc.ServicerContext
     ) -> pb.GetModelToolsResponse:
-        return _TOOLS
+        return MODEL_TOOLS
 
     def RenderPromptSection(
         self, request: pb.RenderPromptSectionRequest, context: grpc.ServicerContext
