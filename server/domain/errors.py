@@ -37,6 +37,7 @@ class ErrorReason(enum.Enum):
     MALFORMED_REQUEST = enum.auto()
     SECRET_DETECTED = enum.auto()
     STORAGE_FULL = enum.auto()
+    OVERLOADED = enum.auto()
 
 
 @dataclass(frozen=True)

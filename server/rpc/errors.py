@@ -1,13 +1,16 @@
 """The one table from domain errors to gRPC statuses with google.rpc details.
 
 Every error carries an ErrorInfo (reason = the contract's ErrorReason value name, domain
-"memoria.v1"); invalid fields add a BadRequest. Unexpected exceptions become INTERNAL with a
-generic message and a trace id that points to the server log, never the exception text.
+"memoria.v1"); invalid fields add a BadRequest; every RESOURCE_EXHAUSTED adds a RetryInfo, whose
+`retry_delay` tells a client (or its gRPC retry policy, docs/api.md "Retries") when to try
+again. Unexpected exceptions become INTERNAL with a generic message and a trace id that points
+to the server log, never the exception text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 
 import grpc
 from google.protobuf import any_pb2
@@ -37,7 +40,18 @@ STATUS_OF: Mapping[ErrorReason, grpc.StatusCode] = {
     ErrorReason.MALFORMED_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorReason.SECRET_DETECTED: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorReason.STORAGE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorReason.OVERLOADED: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
+
+RETRY_DELAY: Mapping[ErrorReason, timedelta] = {
+    # A refused call was never started: a second later the calls ahead of it are done (a call
+    # takes milliseconds), so the retry finds room; a client's backoff spreads the retries.
+    ErrorReason.OVERLOADED: timedelta(seconds=1),
+    # Space comes back when an operator frees it, not within a turn: retry much later.
+    ErrorReason.STORAGE_FULL: timedelta(seconds=60),
+}
+"""The RetryInfo delay of each reason whose status is RESOURCE_EXHAUSTED (a unit test keeps
+every such reason here)."""
 
 
 def reason_name(reason: ErrorReason) -> str:
@@ -66,12 +80,23 @@ def to_status(error: MemoriaError, localized: str | None = None) -> grpc.Status:
             ]
         )
         details.append(_pack(bad))
+    delay = RETRY_DELAY.get(error.reason)
+    if delay is not None:
+        retry = error_details_pb2.RetryInfo()
+        retry.retry_delay.FromTimedelta(delay)
+        details.append(_pack(retry))
     if localized is not None:
         details.append(_pack(error_details_pb2.LocalizedMessage(locale=LOCALE, message=localized)))
     status = status_pb2.Status(
         code=getattr(code_pb2, code.name), message=error.message, details=details
     )
     return rpc_status.to_status(status)
+
+
+def overloaded_status(message: str) -> grpc.Status:
+    """RESOURCE_EXHAUSTED with ERROR_REASON_OVERLOADED and its RetryInfo: what admission
+    answers a call it does not start (server/rpc/limits.py)."""
+    return to_status(MemoriaError(ErrorReason.OVERLOADED, message))
 
 
 def internal_error(trace_id: str) -> MemoriaError:
@@ -89,6 +114,7 @@ def internal_status(trace_id: str) -> grpc.Status:
 def _pack(
     message: error_details_pb2.ErrorInfo
     | error_details_pb2.BadRequest
+    | error_details_pb2.RetryInfo
     | error_details_pb2.LocalizedMessage,
 ) -> any_pb2.Any:
     packed = any_pb2.Any()

@@ -16,14 +16,19 @@ module changes what a waiting call costs and who pays when there are too many:
   (`max_receiving` threads, made only when needed); executing Memoria work is held to
   `executing` calls at once (MEMORIA_THREADS, the measured optimum for one process's GIL) by a
   permit taken only once the request is in.
-- **Overload refuses the overloading connection.** While `max_receiving` calls are waiting for
-  their requests, a new call is refused at once with RESOURCE_EXHAUSTED if its connection
-  already holds at least its fair share of the waiting (`max_receiving` / connections waiting);
-  a connection with fewer (a well-behaved caller's requests arrive in microseconds, so it holds
-  none) is still let in, up to a hard ceiling of twice `max_receiving`. HTTP/2 itself caps one
-  connection's streams (`grpc.max_concurrent_streams`, set by the server), so a client must
-  open many connections to try, and idle ones are closed (server/runtime/app.py sets the channel
-  arguments).
+- **A burst is answered, overload is refused with a reason.** At most `max_calls` calls are
+  in progress at once (receiving, waiting to execute, executing); a call beyond that is not
+  started and gets RESOURCE_EXHAUSTED with ERROR_REASON_OVERLOADED and a RetryInfo
+  (server/rpc/errors.py), never a bare transport refusal. HTTP/2's per-connection cap
+  (`grpc.max_concurrent_streams`, set by the server) is large enough for a fresh client's
+  first burst, which it sends before it has read the cap (server/runtime/builders/grpc_server.py
+  turns off grpc's count of not-yet-freed streams, which refused calls of clients within it).
+- **A connection cannot hold everyone's receiving.** While `max_receiving` calls are waiting
+  for their requests, a new call is refused the same way if its connection already holds at
+  least its fair share of the waiting (`max_receiving` / connections waiting); a connection
+  with fewer (a well-behaved caller's requests arrive in microseconds, so it holds none) is
+  still let in, up to a hard ceiling of twice `max_receiving`. Idle connections are closed
+  (the channel arguments of the gRPC server builder).
 - **Long-lived streams run on their own threads.** Health Watch and server reflection go to a
   pool of their own (`max_streams` at once, then RESOURCE_EXHAUSTED), so they never occupy a
   thread that serves calls, and a stream waiting for its next message is bounded as above.
@@ -46,6 +51,7 @@ from typing import Any
 
 import grpc
 
+from server.rpc.errors import overloaded_status
 from server.rpc.interceptor import Handler, UnaryWrappingInterceptor
 from server.rpc.ratelimit import RateLimitedLog
 
@@ -56,6 +62,10 @@ LOG_INTERVAL_SECONDS = 60.0
 REAP_TICK_SECONDS = 0.25
 """How often the reaper looks for requests past their bound (the bound's precision)."""
 
+SPARE_THREADS = 8
+"""Pool threads beyond `max_calls`: with every admitted call holding a thread, a call over the
+limit still finds one to be refused on at once."""
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -63,6 +73,7 @@ class Limits:
     docs/configuration.md; what they do: docs/operations.md, "Limits")."""
 
     executing: int
+    max_calls: int
     max_receiving: int
     max_streams: int
     receive_timeout: float
@@ -70,9 +81,10 @@ class Limits:
 
     @property
     def pool_threads(self) -> int:
-        """Threads of the pool that receives and runs calls: every admitted waiting call has
-        one, and beyond that the executing calls and the refusals still find a free one."""
-        return 2 * self.max_receiving + self.executing + 4
+        """Threads of the pool that receives and runs calls: every admitted call holds one
+        (receiving, waiting for a permit or executing), and the refusals still find a free
+        one."""
+        return self.max_calls + SPARE_THREADS
 
 
 class ReceiveBounds:
@@ -126,14 +138,31 @@ class ReceiveBounds:
 
 
 class Admission:
-    """Counts the calls waiting for their request, per connection, and decides who waits."""
+    """Counts the calls in progress and those waiting for their request (per connection), and
+    decides which calls start and which wait."""
 
     def __init__(self, limits: Limits) -> None:
         self._limits = limits
         self._waiting: Counter[str] = Counter()
         self._total = 0
+        self._calls = 0
         self._lock = threading.Lock()
         self._refused = RateLimitedLog(log, LOG_INTERVAL_SECONDS)
+        self._overloaded = RateLimitedLog(log, LOG_INTERVAL_SECONDS)
+
+    def begin(self) -> bool:
+        """Start a call (False: `max_calls` are in progress; refuse it)."""
+        with self._lock:
+            if self._calls >= self._limits.max_calls:
+                self._overloaded.warning("refused calls over the limit of calls in progress")
+                return False
+            self._calls += 1
+            return True
+
+    def end(self) -> None:
+        """A call begun has ended."""
+        with self._lock:
+            self._calls -= 1
 
     def enter(self, peer: str) -> bool:
         """Admit a call of connection `peer` to wait for its request (False: refuse it)."""
@@ -217,9 +246,10 @@ class AdmissionInterceptor(UnaryWrappingInterceptor):
         """The call's first request, received under the bound; None when it never came."""
         peer = context.peer()
         if not self._admission.enter(peer):
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                "this connection holds too many requests that were never sent in full",
+            context.abort_with_status(
+                overloaded_status(
+                    "this connection holds too many requests that were never sent in full"
+                )
             )
         try:
             return self.bounds.receive(requests, context, self._limits.receive_timeout)
@@ -230,17 +260,29 @@ class AdmissionInterceptor(UnaryWrappingInterceptor):
 
     def _unary(self, inner: Callable[..., Any], *, streaming: bool = False) -> Callable[..., Any]:
         def behavior(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
-            if streaming:  # a client-streaming method reads its own requests, bounded
-                argument: Any = self._idle_bounded(requests, context, first=True)
-            else:
-                argument = self._first(requests, context)
-                if argument is None:
-                    context.abort(grpc.StatusCode.CANCELLED, "no request message arrived in time")
-            self._permits.get()
+            if not self._admission.begin():
+                context.abort_with_status(
+                    overloaded_status(
+                        f"the server has {self._limits.max_calls} calls in progress; "
+                        "retry after the RetryInfo delay"
+                    )
+                )
             try:
-                return inner(argument, context)
+                if streaming:  # a client-streaming method reads its own requests, bounded
+                    argument: Any = self._idle_bounded(requests, context, first=True)
+                else:
+                    argument = self._first(requests, context)
+                    if argument is None:
+                        context.abort(
+                            grpc.StatusCode.CANCELLED, "no request message arrived in time"
+                        )
+                self._permits.get()
+                try:
+                    return inner(argument, context)
+                finally:
+                    self._permits.put(None)
             finally:
-                self._permits.put(None)
+                self._admission.end()
 
         return behavior
 
@@ -248,9 +290,10 @@ class AdmissionInterceptor(UnaryWrappingInterceptor):
         def behavior(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
             if not self._streams.acquire(blocking=False):
                 self._streams_refused.warning("refused long-lived streams over the limit")
-                context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"at most {self._limits.max_streams} long-lived streams at once",
+                context.abort_with_status(
+                    overloaded_status(
+                        f"at most {self._limits.max_streams} long-lived streams at once"
+                    )
                 )
             try:
                 if streaming:

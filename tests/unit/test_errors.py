@@ -24,7 +24,14 @@ from server.domain.errors import (
     StorageFull,
     metadata_keys,
 )
-from server.rpc.errors import ERROR_DOMAIN, STATUS_OF, internal_status, to_status
+from server.rpc.errors import (
+    ERROR_DOMAIN,
+    RETRY_DELAY,
+    STATUS_OF,
+    internal_status,
+    overloaded_status,
+    to_status,
+)
 
 
 def test_domain_reasons_and_contract_reasons_are_the_same_set() -> None:
@@ -39,6 +46,20 @@ def test_domain_reasons_and_contract_reasons_are_the_same_set() -> None:
 def test_every_reason_has_a_status_code() -> None:
     assert set(STATUS_OF) == set(ErrorReason)
     assert grpc.StatusCode.OK not in STATUS_OF.values()
+
+
+def test_every_resource_exhausted_status_carries_a_retry_info() -> None:
+    exhausted = {r for r, code in STATUS_OF.items() if code is grpc.StatusCode.RESOURCE_EXHAUSTED}
+    assert exhausted == set(RETRY_DELAY)
+    status = overloaded_status("busy")
+    assert status.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    decoded = status_pb2.Status.FromString(
+        dict(status.trailing_metadata)["grpc-status-details-bin"]
+    )
+    info, retry = error_details_pb2.ErrorInfo(), error_details_pb2.RetryInfo()
+    assert decoded.details[0].Unpack(info) and decoded.details[1].Unpack(retry)
+    assert info.reason == "ERROR_REASON_OVERLOADED"
+    assert retry.retry_delay.ToTimedelta() == RETRY_DELAY[ErrorReason.OVERLOADED]
 
 
 def test_status_carries_error_info_and_bad_request() -> None:

@@ -1,4 +1,5 @@
-"""Call admission (server/rpc/limits.py): fair shares of the waiting, and the receive bound."""
+"""Call admission (server/rpc/limits.py): the calls in progress, fair shares of the waiting, and
+the receive bound."""
 
 from __future__ import annotations
 
@@ -10,8 +11,22 @@ import pytest
 from server.rpc.limits import Admission, AdmissionInterceptor, Limits, ReceiveBounds
 
 LIMITS = Limits(
-    executing=4, max_receiving=10, max_streams=2, receive_timeout=1.0, stream_idle_timeout=5.0
+    executing=4,
+    max_calls=30,
+    max_receiving=10,
+    max_streams=2,
+    receive_timeout=1.0,
+    stream_idle_timeout=5.0,
 )
+
+
+def test_calls_past_the_limit_in_progress_are_refused_until_one_ends() -> None:
+    admission = Admission(LIMITS)
+    assert all(admission.begin() for _ in range(30))
+    assert not admission.begin()
+    admission.end()
+    assert admission.begin()
+    assert not admission.begin()
 
 
 def test_below_the_limit_every_connection_waits() -> None:
@@ -92,7 +107,12 @@ class PeerContext:
 
 def test_at_most_executing_calls_run_at_once_and_only_after_their_request() -> None:
     limits = Limits(
-        executing=1, max_receiving=10, max_streams=2, receive_timeout=5, stream_idle_timeout=5
+        executing=1,
+        max_calls=10,
+        max_receiving=10,
+        max_streams=2,
+        receive_timeout=5,
+        stream_idle_timeout=5,
     )
     interceptor = AdmissionInterceptor(limits)
     running = threading.Semaphore(0)

@@ -115,6 +115,7 @@ VARIABLES: list[tuple[str, str, str, Any, dict[str, str]]] = [
     ("MEMORIA_MAX_SEND_MESSAGE_BYTES", "limits.max_send_message_bytes", "2097152", 2097152, {}),
     ("MEMORIA_RECEIVE_TIMEOUT_SECONDS", "limits.receive_timeout_seconds", "4", 4.0, {}),
     ("MEMORIA_STREAM_IDLE_SECONDS", "limits.stream_idle_seconds", "30", 30.0, {}),
+    ("MEMORIA_MAX_CALLS", "limits.max_calls", "500", 500, {}),
     ("MEMORIA_MAX_RECEIVING_CALLS", "limits.max_receiving_calls", "99", 99, {}),
     ("MEMORIA_MAX_STREAMS", "limits.max_streams", "9", 9, {}),
     ("MEMORIA_MAX_STREAMS_PER_CONNECTION", "limits.max_streams_per_connection", "17", 17, {}),

@@ -53,10 +53,12 @@ class GrpcServer:
 def _limits(settings: Settings) -> Limits:
     """Admission (server/rpc/limits.py): requests are received under a time bound on a pool
     large enough for the waiting, while at most `threads` calls execute at once (the measured
-    optimum, settings.py); long-lived streams run on a pool of their own."""
+    optimum, settings.py) and at most `max_calls` are in progress; long-lived streams run on a
+    pool of their own."""
     limits = settings.limits
     return Limits(
         executing=settings.serve.threads,
+        max_calls=limits.max_calls,
         max_receiving=limits.max_receiving_calls,
         max_streams=limits.max_streams,
         receive_timeout=limits.receive_timeout_seconds,
@@ -75,8 +77,16 @@ def _options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.so_reuseport", 1 if settings.serve.processes > 1 else 0),
         # One connection cannot hold more streams than this (HTTP/2 SETTINGS; a client queues
         # its own calls beyond it), idle connections are closed, a connection must finish its
-        # handshake soon, and the number of connections is capped.
+        # handshake soon, and the number of connections is capped. A fresh client sends its
+        # first calls before it has read the SETTINGS, so the cap is sized for a burst (1024):
+        # admission's limit of calls in progress is what refuses overload, with a reason.
         ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
+        # Off: grpc's "overload protection" counts a connection's streams until the server
+        # has freed them, not until they ended, and refuses a new one past the cap with
+        # RST_STREAM REFUSED_STREAM (UNAVAILABLE, no details) while its client, which counts
+        # ended streams out, is within the cap. Measured: 60 callers on 6 connections and 400
+        # calls in flight on one fresh channel lost calls that way (issue 23).
+        ("grpc.http.overload_protection", 0),
         ("grpc.max_connection_idle_ms", int(limits.connection_idle_seconds * 1000)),
         ("grpc.server_handshake_timeout_ms", int(limits.handshake_timeout_seconds * 1000)),
         ("grpc.max_allowed_incoming_connections", limits.max_connections),
@@ -109,8 +119,13 @@ def build_grpc_server(
             ),
         ],
         options=_options(settings),
-        # A backstop above what admission lets wait: refusals are per connection before it.
-        maximum_concurrent_rpcs=pool_threads + settings.limits.max_streams,
+        # A backstop for memory, far above what admission lets in: calls past `max_calls` are
+        # refused with a reason once a thread takes them, and a burst waits for a thread in the
+        # pool's queue; only past four connections' full bursts queued there does grpc refuse
+        # without a reason (RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded!").
+        maximum_concurrent_rpcs=pool_threads
+        + settings.limits.max_streams
+        + 4 * settings.limits.max_streams_per_connection,
     )
     _add_servicers(server, services, health_servicer)
     return GrpcServer(server, _bind(server, settings.serve.listen), admission)

@@ -408,13 +408,17 @@ class LimitsSettings(SettingsGroup):
     """a call's request must arrive in full within this long, else the call is cancelled"""
     stream_idle_seconds: float = Field(default=60, gt=0, le=3600)
     """a reflection stream's next request must arrive within this long"""
+    max_calls: int = Field(default=1024, ge=1, le=65536)
+    """calls in progress at once (receiving, waiting, executing); a call beyond them is refused
+    with RESOURCE_EXHAUSTED, `ERROR_REASON_OVERLOADED` and a RetryInfo (each takes a thread)"""
     max_receiving_calls: int = Field(default=256, ge=1, le=65536)
     """calls waiting for their request before a connection holding its fair share is refused
     (RESOURCE_EXHAUSTED)"""
     max_streams: int = Field(default=32, ge=1, le=4096)
     """health `Watch` and reflection streams at once"""
-    max_streams_per_connection: int = Field(default=64, ge=1, le=65536)
-    """HTTP/2 streams one connection may have open (its further calls wait in its own client)"""
+    max_streams_per_connection: int = Field(default=1024, ge=1, le=65536)
+    """HTTP/2 streams one connection may have open (its further calls wait in its own client; a
+    fresh client's first burst, sent before it reads this, is refused beyond it)"""
     max_connections: int = Field(default=1024, ge=1, le=1_000_000)
     """open connections"""
     connection_idle_seconds: float = Field(default=300, gt=0, le=86400)

@@ -102,6 +102,13 @@ const (
 	// free-space watermark refused the write, and absent when the database or
 	// index reported its own disk full.
 	ErrorReason_ERROR_REASON_STORAGE_FULL ErrorReason = 15
+	// Status RESOURCE_EXHAUSTED. The server has as many calls in progress as it
+	// takes (or, for long-lived streams, as many streams open), or this
+	// connection holds its fair share of requests that were never sent in full.
+	// The call was not started; nothing was read or written. Retry after the
+	// `google.rpc.RetryInfo` detail's `retry_delay`, with backoff (docs/api.md,
+	// "Retries", gives a gRPC service config that does it).
+	ErrorReason_ERROR_REASON_OVERLOADED ErrorReason = 16
 )
 
 // Enum value maps for ErrorReason.
@@ -123,6 +130,7 @@ var (
 		13: "ERROR_REASON_MALFORMED_REQUEST",
 		14: "ERROR_REASON_SECRET_DETECTED",
 		15: "ERROR_REASON_STORAGE_FULL",
+		16: "ERROR_REASON_OVERLOADED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":          0,
@@ -141,6 +149,7 @@ var (
 		"ERROR_REASON_MALFORMED_REQUEST":    13,
 		"ERROR_REASON_SECRET_DETECTED":      14,
 		"ERROR_REASON_STORAGE_FULL":         15,
+		"ERROR_REASON_OVERLOADED":           16,
 	}
 )
 
@@ -176,7 +185,7 @@ var File_memoria_v1_error_reason_proto protoreflect.FileDescriptor
 const file_memoria_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
 	"\x1dmemoria/v1/error_reason.proto\x12\n" +
-	"memoria.v1*\xa6\x04\n" +
+	"memoria.v1*\xc3\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x01\x12\"\n" +
@@ -194,7 +203,8 @@ const file_memoria_v1_error_reason_proto_rawDesc = "" +
 	"!ERROR_REASON_CONVERSATION_DELETED\x10\f\x12\"\n" +
 	"\x1eERROR_REASON_MALFORMED_REQUEST\x10\r\x12 \n" +
 	"\x1cERROR_REASON_SECRET_DETECTED\x10\x0e\x12\x1d\n" +
-	"\x19ERROR_REASON_STORAGE_FULL\x10\x0fB\x96\x01\n" +
+	"\x19ERROR_REASON_STORAGE_FULL\x10\x0f\x12\x1b\n" +
+	"\x17ERROR_REASON_OVERLOADED\x10\x10B\x96\x01\n" +
 	"\x0ecom.memoria.v1B\x10ErrorReasonProtoP\x01Z)memoria/generated/go/memoria/v1;memoriav1\xa2\x02\x03MXX\xaa\x02\n" +
 	"Memoria.V1\xca\x02\n" +
 	"Memoria\\V1\xe2\x02\x16Memoria\\V1\\GPBMetadata\xea\x02\vMemoria::V1b\x06proto3"

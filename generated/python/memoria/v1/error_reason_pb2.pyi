@@ -106,6 +106,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     free-space watermark refused the write, and absent when the database or
     index reported its own disk full.
     """
+    ERROR_REASON_OVERLOADED: _ErrorReason.ValueType  # 16
+    """Status RESOURCE_EXHAUSTED. The server has as many calls in progress as it
+    takes (or, for long-lived streams, as many streams open), or this
+    connection holds its fair share of requests that were never sent in full.
+    The call was not started; nothing was read or written. Retry after the
+    `google.rpc.RetryInfo` detail's `retry_delay`, with backoff (docs/api.md,
+    "Retries", gives a gRPC service config that does it).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason names every reason Memoria puts in the `reason` field of the
@@ -202,5 +210,13 @@ themselves once space is freed. ErrorInfo metadata `free_bytes` and
 `watermark_bytes` (decimal) are set when the embedded data directory's
 free-space watermark refused the write, and absent when the database or
 index reported its own disk full.
+"""
+ERROR_REASON_OVERLOADED: ErrorReason.ValueType  # 16
+"""Status RESOURCE_EXHAUSTED. The server has as many calls in progress as it
+takes (or, for long-lived streams, as many streams open), or this
+connection holds its fair share of requests that were never sent in full.
+The call was not started; nothing was read or written. Retry after the
+`google.rpc.RetryInfo` detail's `retry_delay`, with backoff (docs/api.md,
+"Retries", gives a gRPC service config that does it).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
