@@ -2,14 +2,16 @@
 
 Every error carries an ErrorInfo (reason = the contract's ErrorReason value name, domain
 "memoria.v1"); invalid fields add a BadRequest; every RESOURCE_EXHAUSTED adds a RetryInfo, whose
-`retry_delay` tells a client (or its gRPC retry policy, docs/api.md "Retries") when to try
-again. Unexpected exceptions become INTERNAL with a generic message and a trace id that points
-to the server log, never the exception text.
+`retry_delay` tells a client when to try again, and the same delay goes in the
+`grpc-retry-pushback-ms` trailer, which a gRPC retry policy obeys (docs/api.md, "Retries").
+Unexpected exceptions become INTERNAL with a generic message and a trace id that points to the
+server log, never the exception text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 
 import grpc
@@ -87,10 +89,15 @@ def to_status(error: MemoriaError, localized: str | None = None) -> grpc.Status:
         details.append(_pack(retry))
     if localized is not None:
         details.append(_pack(error_details_pb2.LocalizedMessage(locale=LOCALE, message=localized)))
-    status = status_pb2.Status(
-        code=getattr(code_pb2, code.name), message=error.message, details=details
+    status = rpc_status.to_status(
+        status_pb2.Status(code=getattr(code_pb2, code.name), message=error.message, details=details)
     )
-    return rpc_status.to_status(status)
+    if delay is None:
+        return status
+    # gRPC's retry policy (gRFC A6) ignores RetryInfo but waits as long as this trailer says
+    # before its next attempt, instead of its own backoff.
+    pushback = ("grpc-retry-pushback-ms", str(int(delay.total_seconds() * 1000)))
+    return _Status(status.code, status.details, (*status.trailing_metadata, pushback))
 
 
 def overloaded_status(message: str) -> grpc.Status:
@@ -109,6 +116,15 @@ def internal_error(trace_id: str) -> MemoriaError:
 def internal_status(trace_id: str) -> grpc.Status:
     """A generic INTERNAL status that names only the trace id to look up in the log."""
     return to_status(internal_error(trace_id))
+
+
+@dataclass(frozen=True)
+class _Status(grpc.Status):
+    """A status with more trailing metadata than grpc_status builds (the retry pushback)."""
+
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...]
 
 
 def _pack(

@@ -13,12 +13,15 @@ Both lost calls to RST_STREAM REFUSED_STREAM (UNAVAILABLE, no details) while grp
 connection's streams until they were freed (server/runtime/builders/grpc_server.py). Then, on
 a server taking 4 calls at once, 4 held calls fill it and a burst of 400 gets
 RESOURCE_EXHAUSTED with ERROR_REASON_OVERLOADED and a RetryInfo, every one (never a bare
-transport refusal); once the held calls end, calls are answered again. The tallies are printed
-(`pytest -s`). Loopback only; bounded in count and time; everything is closed at the end.
+transport refusal); a channel with the retry policy docs/api.md gives ("Retries") retries each
+refusal after the server's pushback; once the held calls end, calls are answered again. The
+tallies are printed (`pytest -s`). Loopback only; bounded in count and time; everything is
+closed at the end.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
@@ -35,7 +38,7 @@ from grpc_status import rpc_status
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
-from tests.processes import MEMORIA, clean_env, wait_for_port
+from tests.processes import MEMORIA, ROOT, clean_env, wait_for_port
 
 START_TIMEOUT_S = 60.0
 CALL_TIMEOUT_S = 30.0
@@ -44,6 +47,14 @@ ONE_CHANNEL_IN_FLIGHT = 400
 OVERLOAD_MAX_CALLS = 4
 FRESH = [("grpc.use_local_subchannel_pool", 1)]
 """Each channel its own connection (channels to one target share one by default)."""
+
+
+def _documented_service_config() -> str:
+    """The service config docs/api.md tells clients to use (its "Retries" JSON block)."""
+    api = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    shown = api[api.index("## Retries") :]
+    shown = shown[shown.index("```json\n") + len("```json\n") :]
+    return json.dumps(json.loads(shown[: shown.index("```")]))
 
 
 def _who(caller: int) -> tuple[tuple[str, str], ...]:
@@ -198,10 +209,19 @@ def test_overload_is_refused_with_overloaded_and_a_retry_delay(small_port: int) 
         try:
             probe = pb_grpc.MemoryBlockServiceStub(holder_channel)
             deadline = time.monotonic() + 10
-            while (
-                _outcome(lambda: probe.GetMemoryBlock(pb.GetMemoryBlockRequest(), metadata=_who(1)))
-                == "OK"
-            ):  # until the held calls have all reached the server
+            while True:  # until the held calls have all reached the server and stay there
+                # A probe that arrived before the last held call took its place: hold again.
+                held = [
+                    h
+                    if not h.done()
+                    else half_sent.future(never_sent(), metadata=_who(0), timeout=CALL_TIMEOUT_S)
+                    for h in held
+                ]
+                refused = _outcome(
+                    lambda: probe.GetMemoryBlock(pb.GetMemoryBlockRequest(), metadata=_who(1))
+                )
+                if refused != "OK" and not any(h.done() for h in held):
+                    break
                 assert time.monotonic() < deadline, "the held calls never filled the server"
 
             tally = _in_flight_on_one_channel(small_port, ONE_CHANNEL_IN_FLIGHT)
@@ -216,6 +236,24 @@ def test_overload_is_refused_with_overloaded_and_a_retry_delay(small_port: int) 
                 d for d in _details(caught.value) if isinstance(d, error_details_pb2.RetryInfo)
             ]
             assert [r.retry_delay.ToTimedelta().total_seconds() for r in retry] == [1.0]
+
+            # The documented retry policy retries each refusal after the 1 s pushback: its
+            # 5 attempts take at least 4 s, then the last refusal is the caller's.
+            config = _documented_service_config()
+            policy = json.loads(config)["methodConfig"][0]["retryPolicy"]
+            options = [("grpc.service_config", config), ("grpc.enable_retries", 1), *FRESH]
+            with grpc.insecure_channel(target, options=options) as retrying:
+                stub = pb_grpc.MemoryBlockServiceStub(retrying)
+                started = time.monotonic()
+                outcome = _outcome(
+                    lambda: stub.RenderMemoryBlock(
+                        pb.RenderMemoryBlockRequest(), metadata=_who(2), timeout=CALL_TIMEOUT_S
+                    )
+                )
+                elapsed = time.monotonic() - started
+            print(f"through the documented retry policy: {outcome} after {elapsed:.1f} s")
+            assert outcome == "RESOURCE_EXHAUSTED ERROR_REASON_OVERLOADED"
+            assert elapsed >= policy["maxAttempts"] - 1
         finally:
             release.set()
         for call in held:  # their requests never came: cancelled, and their places free

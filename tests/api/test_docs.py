@@ -134,6 +134,15 @@ def _error_details(out: str) -> None:
     assert "'char_count': '4001'" in out and "'char_limit': '4000'" in out
 
 
+def _retry_policy(out: str) -> None:
+    assert "char_limit: 4000" in out, "a render through the retry policy"
+    api = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    shown = api[api.index("## Retries") :]
+    shown = shown[shown.index("```json\n") + len("```json\n") :]
+    shown = shown[: shown.index("```")]
+    assert json.loads(out.strip().splitlines()[-1]) == json.loads(shown), "the JSON shown"
+
+
 def _buf_curl(out: str) -> None:
     assert "memoria.v1.MemoryBlockService/RenderMemoryBlock" in out, "methods listed"
     assert '"promptSection": "Personal memory (19/4,000 characters)\\nPreferred name: Ana"' in out
@@ -202,6 +211,7 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "stubs": _stubs,
     "adapter": _adapter,
     "error-details": _error_details,
+    "retry-policy": _retry_policy,
     "buf-curl": _buf_curl,
     "http": _http,
     "jwt": _jwt,

@@ -5,7 +5,9 @@ do not share the server's GIL). An attacker without credentials, on raw sockets 
 enough HTTP/2, holds open:
 
 - half-sent unary requests: HEADERS, then a DATA frame announcing a 100-byte message and
-  carrying 10 bytes of it (the receive of each would hold a handler thread of the sync server);
+  carrying 10 bytes of it (the receive of each would hold a handler thread of the sync server),
+  10 on each of 20 connections and 300 on one greedy connection (HTTP/2 lets a connection have
+  1024 streams, so admission's fair share is what stops it);
 - reflection streams that send nothing after their headers (long-lived streams);
 - idle TCP connections that send nothing at all, and connections that finish the HTTP/2
   preface and then stay silent.
@@ -43,6 +45,7 @@ WHO: Metadata = (("x-memoria-tenant", "t-dos"), ("x-memoria-principal", "victim"
 
 HALF_SENT_CONNECTIONS = 20
 HALF_SENT_PER_CONNECTION = 10  # 200 half-sent requests, within the per-connection limit
+GREEDY_HALF_SENT = 300  # on one connection: more than MAX_RECEIVING and the old cap of 64
 REFLECTION_STREAMS = 16
 IDLE_CONNECTIONS = 100  # plain TCP, nothing sent
 SILENT_CONNECTIONS = 100  # HTTP/2 preface, then nothing
@@ -207,6 +210,7 @@ def test_a_victim_is_served_while_an_attacker_holds_streams_and_connections(
     attacker = Attacker(port)
     try:
         half_sent = attacker.half_sent(HALF_SENT_CONNECTIONS, HALF_SENT_PER_CONNECTION)
+        half_sent += attacker.half_sent(1, GREEDY_HALF_SENT)
         reflection = attacker.reflection(REFLECTION_STREAMS)
         attacker.idle(IDLE_CONNECTIONS)
         attacker.silent(SILENT_CONNECTIONS)
@@ -227,7 +231,7 @@ def test_a_victim_is_served_while_an_attacker_holds_streams_and_connections(
             latencies.append(time.monotonic() - started)
         p50, p99 = _percentile(latencies, 0.5), _percentile(latencies, 0.99)
         print(
-            f"\nattack: {half_sent} half-sent requests on {HALF_SENT_CONNECTIONS} connections, "
+            f"\nattack: {half_sent} half-sent requests on {HALF_SENT_CONNECTIONS + 1} connections, "
             f"{reflection} silent reflection streams, {IDLE_CONNECTIONS} idle TCP and "
             f"{SILENT_CONNECTIONS} silent HTTP/2 connections ({held} sockets); victim: "
             f"{VICTIM_CALLS} calls, p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "

@@ -36,6 +36,7 @@ const BY_REASON: Record<string, (meta: Record<string, string>) => string> = {
     "Your memory contains what looks like a password, key or token. Remove it: credentials are never stored. Nothing was saved.",
   ERROR_REASON_STORAGE_FULL: () =>
     "The server is out of storage space, so nothing new can be saved right now. Deleting still works.",
+  ERROR_REASON_OVERLOADED: () => "The memory service is busy. Nothing was changed; try again in a moment.",
 };
 
 const BY_CODE: Partial<Record<Code, string>> = {
