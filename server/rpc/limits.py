@@ -19,10 +19,10 @@ module changes what a waiting call costs and who pays when there are too many:
 - **A burst is answered, overload is refused with a reason.** At most `max_calls` calls are
   in progress at once (receiving, waiting to execute, executing); a call beyond that is not
   started and gets RESOURCE_EXHAUSTED with ERROR_REASON_OVERLOADED and a RetryInfo
-  (server/rpc/errors.py), never a bare transport refusal. HTTP/2's per-connection cap
-  (`grpc.max_concurrent_streams`, set by the server) is large enough for a fresh client's
-  first burst, which it sends before it has read the cap (server/runtime/builders/grpc_server.py
-  turns off grpc's count of not-yet-freed streams, which refused calls of clients within it).
+  (server/rpc/errors.py), never a bare transport refusal. HTTP/2 caps one connection's
+  streams (`grpc.max_concurrent_streams`; its client queues its further calls), and the
+  gRPC server builder turns off grpc's count of streams not yet freed, which refused calls of
+  clients within the cap with RST_STREAM.
 - **A connection cannot hold everyone's receiving.** While `max_receiving` calls are waiting
   for their requests, a new call is refused the same way if its connection already holds at
   least its fair share of the waiting (`max_receiving` / connections waiting); a connection

@@ -10,7 +10,8 @@ default limits:
   HTTP/2 SETTINGS: every call is answered.
 
 Both lost calls to RST_STREAM REFUSED_STREAM (UNAVAILABLE, no details) while grpc counted a
-connection's streams until they were freed (server/runtime/builders/grpc_server.py). Then, on
+connection's streams until they were freed (server/runtime/builders/grpc_server.py turns that
+off). Then, on
 a server taking 4 calls at once, 4 held calls fill it and a burst of 400 gets
 RESOURCE_EXHAUSTED with ERROR_REASON_OVERLOADED and a RetryInfo, every one (never a bare
 transport refusal); a channel with the retry policy docs/api.md gives ("Retries") retries each

@@ -6,8 +6,8 @@ enough HTTP/2, holds open:
 
 - half-sent unary requests: HEADERS, then a DATA frame announcing a 100-byte message and
   carrying 10 bytes of it (the receive of each would hold a handler thread of the sync server),
-  10 on each of 20 connections and 300 on one greedy connection (HTTP/2 lets a connection have
-  1024 streams, so admission's fair share is what stops it);
+  10 on each of 20 connections, and 300 on one greedy connection that ignores HTTP/2's cap of
+  64 streams (the server refuses the rest);
 - reflection streams that send nothing after their headers (long-lived streams);
 - idle TCP connections that send nothing at all, and connections that finish the HTTP/2
   preface and then stay silent.
@@ -45,7 +45,7 @@ WHO: Metadata = (("x-memoria-tenant", "t-dos"), ("x-memoria-principal", "victim"
 
 HALF_SENT_CONNECTIONS = 20
 HALF_SENT_PER_CONNECTION = 10  # 200 half-sent requests, within the per-connection limit
-GREEDY_HALF_SENT = 300  # on one connection: more than MAX_RECEIVING and the old cap of 64
+GREEDY_HALF_SENT = 300  # on one connection: past its cap of 64 streams and MAX_RECEIVING
 REFLECTION_STREAMS = 16
 IDLE_CONNECTIONS = 100  # plain TCP, nothing sent
 SILENT_CONNECTIONS = 100  # HTTP/2 preface, then nothing

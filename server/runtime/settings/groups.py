@@ -416,9 +416,8 @@ class LimitsSettings(SettingsGroup):
     (RESOURCE_EXHAUSTED)"""
     max_streams: int = Field(default=32, ge=1, le=4096)
     """health `Watch` and reflection streams at once"""
-    max_streams_per_connection: int = Field(default=1024, ge=1, le=65536)
-    """HTTP/2 streams one connection may have open (its further calls wait in its own client; a
-    fresh client's first burst, sent before it reads this, is refused beyond it)"""
+    max_streams_per_connection: int = Field(default=64, ge=1, le=65536)
+    """HTTP/2 streams one connection may have open (its further calls wait in its own client)"""
     max_connections: int = Field(default=1024, ge=1, le=1_000_000)
     """open connections"""
     connection_idle_seconds: float = Field(default=300, gt=0, le=86400)
