@@ -2,8 +2,8 @@
 
 Every error carries an ErrorInfo (reason = the contract's ErrorReason value name, domain
 "memoria.v1"); invalid fields add a BadRequest; every RESOURCE_EXHAUSTED adds a RetryInfo, whose
-`retry_delay` tells a client when to try again, and the same delay goes in the
-`grpc-retry-pushback-ms` trailer, which a gRPC retry policy obeys (docs/api.md, "Retries").
+`retry_delay` tells a client when to try again, and the `grpc-retry-pushback-ms` trailer tells
+a gRPC retry policy the same, or not to retry a full disk (docs/api.md, "Retries").
 Unexpected exceptions become INTERNAL with a generic message and a trace id that points to the
 server log, never the exception text.
 """
@@ -55,6 +55,11 @@ RETRY_DELAY: Mapping[ErrorReason, timedelta] = {
 """The RetryInfo delay of each reason whose status is RESOURCE_EXHAUSTED (a unit test keeps
 every such reason here)."""
 
+RETRIED_BY_POLICY = frozenset({ErrorReason.OVERLOADED})
+"""The reasons a gRPC retry policy retries after their delay; for the others the pushback says
+not to retry at all (gRFC A6: a negative pushback), as a full disk is not freed within a
+call's deadline and the policy would wait it out."""
+
 
 def reason_name(reason: ErrorReason) -> str:
     """The contract's value name for a domain reason, e.g. 'ERROR_REASON_BLOCK_TOO_LONG'."""
@@ -95,8 +100,12 @@ def to_status(error: MemoriaError, localized: str | None = None) -> grpc.Status:
     if delay is None:
         return status
     # gRPC's retry policy (gRFC A6) ignores RetryInfo but waits as long as this trailer says
-    # before its next attempt, instead of its own backoff.
-    pushback = ("grpc-retry-pushback-ms", str(int(delay.total_seconds() * 1000)))
+    # before its next attempt, instead of its own backoff; "-1": no further attempt.
+    milliseconds = int(delay.total_seconds() * 1000)
+    pushback = (
+        "grpc-retry-pushback-ms",
+        str(milliseconds) if error.reason in RETRIED_BY_POLICY else "-1",
+    )
     return _Status(status.code, status.details, (*status.trailing_metadata, pushback))
 
 

@@ -60,8 +60,11 @@ def test_every_resource_exhausted_status_carries_a_retry_info() -> None:
     assert decoded.details[0].Unpack(info) and decoded.details[1].Unpack(retry)
     assert info.reason == "ERROR_REASON_OVERLOADED"
     assert retry.retry_delay.ToTimedelta() == RETRY_DELAY[ErrorReason.OVERLOADED]
-    # The same delay as gRPC's own pushback, which a client's retry policy obeys.
+    # The same delay as gRPC's own pushback, which a client's retry policy obeys; a full disk
+    # tells the policy not to retry (it would wait past the call's deadline).
     assert ("grpc-retry-pushback-ms", "1000") in status.trailing_metadata
+    full = to_status(MemoriaError(ErrorReason.STORAGE_FULL, "full"))
+    assert ("grpc-retry-pushback-ms", "-1") in full.trailing_metadata
 
 
 def test_status_carries_error_info_and_bad_request() -> None:
