@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,9 +103,13 @@ def test_an_agent_saves_the_block_and_reads_the_servers_words(
     model = ScriptedModel(turn)
     set_tracing_disabled(True)  # the SDK's traces would go to OpenAI's servers
     try:
-        final = asyncio.run(
-            answer(person.memory, model, turn.conversation_id, turn.turn_id, turn.question)
-        )
+        # A thread of its own: in the whole suite the browser tests' Playwright (sync API)
+        # keeps an event loop running on the main thread, where asyncio.run() is refused.
+        with ThreadPoolExecutor(max_workers=1) as thread:
+            final = thread.submit(
+                asyncio.run,
+                answer(person.memory, model, turn.conversation_id, turn.turn_id, turn.question),
+            ).result()
     finally:
         set_tracing_disabled(False)
 
