@@ -1,27 +1,35 @@
-"""What the inspector costs a render: RenderMemoryBlock with a turn reference against without.
+"""What the inspector costs a render: a render naming its turn against a plain one.
 
 What it measures
 ----------------
-A render that names its turn also records the block version for that turn (one INSERT in its
-own transaction, which checks the conversation's tombstone in the same statement; see
-server/adapters/sql/inspections.py). A render without a turn reference must cost what it did. This
-script starts one real ``memoria serve`` process (the embedded SQLite default), gives 50
-principals a block of about 600 characters, and drives it with ``ghz`` through reflection,
-interleaving in every round:
+A render that names its turn also records the block version for that turn (the inspector,
+server/domain/inspection.py); the record is queued in the process and written in batches by
+one background thread (`BufferedInspectionStore`, server/adapters/sql/inspections.py). A
+render without a turn reference must cost what it did, and one with must cost almost
+nothing more. This script starts one real ``memoria serve`` process on the benchmark's
+durable PostgreSQL (``harness.bench_pg_urls``, the default) or on the embedded SQLite
+(``--sqlite``), seeds 50 principals with a realistic block, and drives it with ``ghz``
+through reflection, interleaving in every round (the order reversed every other round):
 
-* ``plain``: ``RenderMemoryBlock`` with no turn reference (the hot path as before);
-* ``turn``: the same render naming a new turn on every call (conversation ``c-<n>``, turn
-  ``1``), so every call writes one record, the worst case (a turn renders once).
+* ``render``: ``MemoryBlockService.RenderMemoryBlock`` with no turn reference (the hot path);
+* ``render+turn``: the same render naming a turn, every call a record (a JSON array of 1,000
+  turns of a conversation new to the round, sent round-robin: ghz parses it once, so the
+  client costs what the plain render's "{}" costs);
+* ``section``: ``ModelToolService.RenderPromptSection`` with no turn (what the turn adapters
+  call);
+* ``section+turn``: the same naming a turn, as ``render+turn``.
 
-at 1 and 8 calls in flight, and prints requests/s, p50 and p99 and the ratio turn/plain of
-requests/s measured in the same round (medians over rounds). Ratios, because ghz and the
-server share the machine's cores with whatever else runs; interleaving keeps both sides under
-the same load.
+at 1 and 16 calls in flight, and prints requests/s, p50 and p99, the server's CPU per call
+(all its threads, the background writer's included) and the ratio of each ``+turn`` case's
+requests/s to its plain twin's measured in the same round (medians over rounds). Ratios,
+because ghz and the server share the machine's cores with whatever else runs; interleaving
+keeps both sides under the same load.
 
 Usage (from the repository root)::
 
-    .venv/bin/python bench/bench_inspector.py                    # SQLite, about 1 minute
-    .venv/bin/python bench/bench_inspector.py --duration 3 --rounds 2
+    .venv/bin/python bench/bench_inspector.py                 # durable PostgreSQL, ~2 min
+    .venv/bin/python bench/bench_inspector.py --sqlite        # the embedded default
+    .venv/bin/python bench/bench_inspector.py --duration 2 --rounds 1   # quicker, noisier
 
 Everything binds 127.0.0.1; the server and ghz are stopped before the script exits.
 """
@@ -31,139 +39,148 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import grpc
-
-from memoria.v1 import memory_block_pb2 as block_pb
-from memoria.v1 import memory_block_service_pb2 as pb
-from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import (
+    TENANT,
+    Population,
+    check_answers,
+    ghz_version,
+    postgres_database,
+    run_ghz,
+    sqlite_database,
+)
 from procs import (
-    HOST,
     ServerProcess,
     find_ghz,
     machine_line,
     percentile_ms,
     raise_on_sigterm,
+    software_line,
 )
 
-TENANT = "bench"
 PRINCIPALS = 50
-CALL = "memoria.v1.MemoryBlockService.RenderMemoryBlock"
-BLOCK = "\n".join(
-    f"Fact {i}: the person prefers option {i * 7} for task kind {i}." for i in range(12)
-)
+TURNS = 1000  # distinct turns per request array (sent round-robin)
+CONCURRENCY = (1, 16)
+BLOCKS = "memoria.v1.MemoryBlockService"
+TOOLS = "memoria.v1.ModelToolService"
+CASES: dict[str, tuple[str, bool]] = {
+    "render": (f"{BLOCKS}/RenderMemoryBlock", False),
+    "render+turn": (f"{BLOCKS}/RenderMemoryBlock", True),
+    "section": (f"{TOOLS}/RenderPromptSection", False),
+    "section+turn": (f"{TOOLS}/RenderPromptSection", True),
+}
+"""Each case: the method, and whether every call names a turn."""
 
 
-def ghz(binary: str, port: int, data: str, concurrency: int, seconds: float) -> dict[str, Any]:
-    """One ghz run of RenderMemoryBlock with request `data` (a ghz template)."""
-    metadata = json.dumps(
-        {"x-memoria-tenant": TENANT, "x-memoria-principal": "p-{{mod .RequestNumber 50}}"}
-    )
-    cmd = [
-        binary,
-        "--insecure",
-        "--connect-timeout",
-        "5s",
-        "-O",
-        "json",
+def request_data(with_turn: bool, tag: str) -> str:
+    """ghz's request data: "{}", or an array of `TURNS` requests each naming its own turn of
+    conversation `tag` (every call records a render, as a turn adapter's first call does)."""
+    if not with_turn:
+        return "{}"
+    turns = [{"turn": {"conversation_id": tag, "turn_id": str(i)}} for i in range(TURNS)]
+    return json.dumps(turns)
+
+
+def ghz_args(call: str, data: str, concurrency: int, seconds: float) -> list[str]:
+    """One run's ghz arguments: principals p0..p49 in turn, one connection."""
+    principal = f"p{{{{mod .RequestNumber {PRINCIPALS}}}}}"
+    metadata = json.dumps({"x-memoria-tenant": TENANT, "x-memoria-principal": principal})
+    return [
         "--call",
-        CALL,
+        call,
         "-d",
         data,
         "-m",
         metadata,
         "-c",
         str(concurrency),
+        "--connections",
+        "1",
         "-z",
         f"{seconds}s",
-        f"{HOST}:{port}",
     ]
-    out = subprocess.run(cmd, capture_output=True, timeout=seconds + 60, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"ghz failed: {out.stderr.decode()[-2000:]}")
-    report: dict[str, Any] = json.loads(out.stdout)
-    # When the duration ends ghz closes the connection under the calls still in flight, which
-    # it counts as Unavailable or Canceled: at most one per call in flight. Anything else is a
-    # failure.
+
+
+def checked(report: dict[str, Any], concurrency: int) -> dict[str, Any]:
+    """The report, unless ghz saw errors. When the duration ends ghz closes the connection
+    under the calls still in flight, which it counts as Unavailable or Canceled: at most one
+    per call in flight. Anything else is a failure."""
     codes = dict(report.get("statusCodeDistribution", {}))
     codes.pop("OK", None)
-    cut = {"Unavailable", "Canceled"}
-    if set(codes) - cut or sum(codes.values()) > concurrency:
+    if set(codes) - {"Unavailable", "Canceled"} or sum(codes.values()) > concurrency:
         raise RuntimeError(f"ghz saw errors: {codes}")
     return report
 
 
-def seed(port: int) -> None:
-    """A block for each principal, written through the API."""
-    with grpc.insecure_channel(f"{HOST}:{port}") as channel:
-        stub = pb_grpc.MemoryBlockServiceStub(channel)
-        for i in range(PRINCIPALS):
-            md = (("x-memoria-tenant", TENANT), ("x-memoria-principal", f"p-{i}"))
-            request = pb.RewriteMemoryBlockRequest(text=BLOCK, writer=block_pb.WRITER_USER)
-            stub.RewriteMemoryBlock(request, metadata=md)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per ghz run")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per ghz run")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--sqlite", action="store_true", help="the embedded SQLite default")
     args = parser.parse_args(argv)
     raise_on_sigterm()
     binary = find_ghz()
-    with tempfile.TemporaryDirectory(prefix="memoria-bench-inspector-") as tmp:
-        workdir = Path(tmp)
-        server = ServerProcess(
-            ["--data-dir", str(workdir / "data")],
-            workdir,
-            service="memoria.v1.MemoryBlockService",
-            stop_timeout_s=10,
-        )
+    make_db = sqlite_database if args.sqlite else postgres_database
+    results: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    cpu_us: dict[tuple[str, int], list[float]] = {}
+    with make_db(Population(PRINCIPALS, 0)) as db, tempfile.TemporaryDirectory() as tmp:
+        server = ServerProcess(db.server_args, Path(tmp), service=BLOCKS, stop_timeout_s=10)
         try:
             server.wait_serving(120)
-            seed(server.port)
-            plain = "{}"
-            cases = {
-                "plain": lambda r: plain,
-                "turn": lambda r: json.dumps(
-                    {"turn": {"conversation_id": f"c-r{r}-{{{{.RequestNumber}}}}", "turn_id": "1"}}
-                ),
-            }
-            results: dict[tuple[str, int], list[dict[str, Any]]] = {}
+            check_answers(server.port, Population(PRINCIPALS, 0))
+            for call, with_turn in CASES.values():  # warm up every path (not measured)
+                args_ = ghz_args(call, request_data(with_turn, "warm-up"), 4, 1)
+                checked(run_ghz(binary, server.port, args_, 60), 4)
             for round_ in range(args.rounds):
-                for concurrency in (1, 8):
-                    order = list(cases) if round_ % 2 == 0 else list(reversed(cases))
+                for concurrency in CONCURRENCY:
+                    order = list(CASES) if round_ % 2 == 0 else list(reversed(CASES))
                     for name in order:
-                        report = ghz(
-                            binary, server.port, cases[name](round_), concurrency, args.duration
+                        call, with_turn = CASES[name]
+                        data = request_data(with_turn, f"c-{round_}-{concurrency}-{len(name)}")
+                        before = server.cpu_seconds()
+                        report = checked(
+                            run_ghz(
+                                binary,
+                                server.port,
+                                ghz_args(call, data, concurrency, args.duration),
+                                args.duration + 60,
+                            ),
+                            concurrency,
                         )
+                        spent = server.cpu_seconds() - before
                         results.setdefault((name, concurrency), []).append(report)
+                        calls = max(1, int(report.get("count", 0)))
+                        cpu_us.setdefault((name, concurrency), []).append(spent / calls * 1e6)
         finally:
             server.stop()
+        description = db.description
     print(machine_line())
-    print(f"store: SQLite (embedded default); rounds {args.rounds}, {args.duration:g} s each")
-    print(f"{'case':<6} {'conc':>4} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'turn/plain':>10}")
-    for concurrency in (1, 8):
-        ratios = [
-            t["rps"] / p["rps"]
-            for t, p in zip(
-                results[("turn", concurrency)], results[("plain", concurrency)], strict=True
-            )
-        ]
-        for name in cases:
+    print(software_line(ghz_version(binary)))
+    print(f"database: {description}")
+    print(f"rounds {args.rounds}, {args.duration:g} s per run, {PRINCIPALS} principals")
+    header = f"{'case':<13} {'conc':>4} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7}"
+    print(f"{header} {'cpu us':>7} {'turn/plain':>10}")
+    median: Callable[[Any], float] = statistics.median
+    for concurrency in CONCURRENCY:
+        for name in CASES:
             runs = results[(name, concurrency)]
-            rps = statistics.median(r["rps"] for r in runs)
-            p50 = statistics.median(percentile_ms(r, 50) for r in runs)
-            p99 = statistics.median(percentile_ms(r, 99) for r in runs)
-            ratio = f"{statistics.median(ratios):.2f}" if name == "turn" else ""
-            print(f"{name:<6} {concurrency:>4} {rps:>8.0f} {p50:>7.2f} {p99:>7.2f} {ratio:>10}")
+            rps = median(r["rps"] for r in runs)
+            p50 = median(percentile_ms(r, 50) for r in runs)
+            p99 = median(percentile_ms(r, 99) for r in runs)
+            ratio = ""
+            if name.endswith("+turn"):
+                plain = results[(name.removesuffix("+turn"), concurrency)]
+                ratios = [t["rps"] / p["rps"] for t, p in zip(runs, plain, strict=True)]
+                ratio = f"{median(ratios):.2f}"
+            cpu = median(cpu_us[(name, concurrency)])
+            row = f"{name:<13} {concurrency:>4} {rps:>7.0f} {p50:>7.2f} {p99:>7.2f}"
+            print(f"{row} {cpu:>7.0f} {ratio:>10}")
 
 
 if __name__ == "__main__":
