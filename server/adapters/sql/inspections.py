@@ -20,15 +20,17 @@ they are a diagnostic, not the person's data, and the calls they describe were a
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, bindparam, delete, func, select, text
+from sqlalchemy import Connection, delete, func, select
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from server.adapters.qdrant.layout import from_epoch_micros, to_epoch_micros
 from server.adapters.sql.database import SqlDatabase, as_utc
@@ -103,16 +105,16 @@ class SqlInspectionStore:
         """Nothing is buffered here."""
 
     def write(self, records: Sequence[tuple[TurnKey, Record]]) -> None:
-        """Write records (skipping those of deleted conversations), one transaction per
-        tenant among them."""
-        by_tenant: dict[str, list[dict[str, Any]]] = {}
+        """Write records (skipping those of deleted conversations), one transaction and one
+        statement per tenant among them."""
+        by_tenant: dict[str, list[tuple[Any, ...]]] = {}
         for key, record in records:
-            by_tenant.setdefault(key.tenant_id, []).append(_params(key, record))
-        for tenant, params in by_tenant.items():
+            by_tenant.setdefault(key.tenant_id, []).append(_row(key, record))
+        for tenant, rows in by_tenant.items():
             # SQLite: any principal name takes the store's one writer lock.
             lock = None if self._postgres else "-"
             with self._db.transaction(tenant, lock_principal=lock) as tx:
-                tx.connection.execute(self._insert, params)
+                self._insert(tx.connection, rows)
 
     def read(self, key: TurnKey) -> TurnRecords:
         """See `InspectionStore.read`."""
@@ -154,36 +156,61 @@ class SqlInspectionStore:
             )
 
 
-_PG_TYPES = {
-    "kind": "text",
-    "record_time": "timestamptz",
-    "char_count": "integer",
-    "hits": "json",
-}
-"""PostgreSQL cannot infer a parameter's type in a SELECT list without a table: cast each."""
+def _insert(postgres: bool) -> Callable[[Connection, list[tuple[Any, ...]]], None]:
+    """How a batch of rows (`_row`) is inserted: each record only when its conversation has
+    no tombstone, checked in the inserting statement itself, so no deleted conversation gets
+    a record, even one racing its deletion.
 
+    The statements go to the driver as they are (`exec_driver_sql`): SQLAlchemy's per-row
+    parameter processing cost the writer thread more than the database did
+    (docs/decisions.md). PostgreSQL gets the batch as one array per column, one statement
+    and one round trip whatever its size (psycopg's executemany sends a statement per row);
+    SQLite runs the statement per row in C (sqlite3's executemany), with the time and the
+    hits converted as the table's column types store them (`_sqlite_row`)."""
+    columns = ", ".join(_COLUMNS)
+    if postgres:
+        pg_sql = f"""
+            INSERT INTO turn_inspections ({columns})
+            SELECT r.tenant_id, r.principal_id, r.conversation_id, r.turn_id, r.kind,
+                   r.record_time, r.etag, r.char_count, r.query, CAST(r.hits AS json)
+              FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
+                          %s::timestamptz[], %s::text[], %s::integer[], %s::text[],
+                          %s::text[]) AS r({columns})
+             WHERE NOT EXISTS (
+                SELECT 1 FROM conversation_tombstones z
+                 WHERE z.tenant_id = r.tenant_id AND z.principal_id = r.principal_id
+                   AND z.conversation_id = r.conversation_id)
+            """
 
-def _insert(postgres: bool) -> Any:
-    """One record, inserted only when its conversation has no tombstone: one statement, so no
-    deleted conversation gets a record, even one racing its deletion. Executed for a whole
-    batch at once (executemany)."""
+        def insert_pg(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
+            arrays = tuple(list(column) for column in zip(*rows, strict=True))
+            conn.exec_driver_sql(pg_sql, arrays)
 
-    def value(column: str) -> str:
-        return f"CAST(:{column} AS {_PG_TYPES.get(column, 'text')})" if postgres else f":{column}"
-
-    return text(
-        f"""
-        INSERT INTO turn_inspections ({", ".join(_COLUMNS)})
-        SELECT {", ".join(value(c) for c in _COLUMNS)}
+        return insert_pg
+    sqlite_sql = f"""
+        INSERT INTO turn_inspections ({columns})
+        SELECT {", ".join("?" for _ in _COLUMNS)}
          WHERE NOT EXISTS (
             SELECT 1 FROM conversation_tombstones z
-             WHERE z.tenant_id = {value("tenant_id")} AND z.principal_id = {value("principal_id")}
-               AND z.conversation_id = {value("conversation_id")})
+             WHERE z.tenant_id = ?1 AND z.principal_id = ?2 AND z.conversation_id = ?3)
         """
-    ).bindparams(
-        bindparam("record_time", type_=DateTime(timezone=True)),
-        bindparam("hits", type_=JSON()),
-    )
+
+    def insert_sqlite(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
+        conn.exec_driver_sql(sqlite_sql, [_sqlite_row(row) for row in rows])
+
+    return insert_sqlite
+
+
+_sqlite = sqlite_dialect.dialect()
+_sqlite_time = _i.c.record_time.type.dialect_impl(_sqlite).bind_processor(_sqlite)
+"""SQLite keeps a time as text in SQLAlchemy's format: the column type's own conversion, so
+the rows read back (and compared by `purge`) as every other writer's."""
+
+
+def _sqlite_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A row (`_row`) as the SQLite statement takes it: the time as the column stores it."""
+    time = _sqlite_time(row[5]) if _sqlite_time is not None else row[5]
+    return (*row[:5], time, *row[6:])
 
 
 def _turn_is(key: TurnKey) -> tuple[Any, ...]:
@@ -196,35 +223,51 @@ def _turn_is(key: TurnKey) -> tuple[Any, ...]:
     )
 
 
-def _params(key: TurnKey, record: Record) -> dict[str, Any]:
-    """The statement's parameters for one record."""
+def _row(key: TurnKey, record: Record) -> tuple[Any, ...]:
+    """One record's values in the order of `_COLUMNS`; the hits as JSON text (no text of the
+    turns, see `_hit_json`), None for a record that has none."""
     if isinstance(record, RenderRecord):
         kind, etag, count, query, hits = RENDER, record.etag, record.char_count, None, None
     elif isinstance(record, FailedWrite):
         kind, etag, count, query, hits = FAILED_WRITE, "", 0, None, None
     else:
         kind, etag, count = SEARCH, "", 0
-        query, hits = record.query, [_hit_json(h) for h in record.hits]
-    return {
-        "tenant_id": key.tenant_id,
-        "principal_id": key.principal_id,
-        "conversation_id": key.conversation_id,
-        "turn_id": key.turn_id,
-        "kind": kind,
-        "record_time": record.record_time,
-        "etag": etag,
-        "char_count": count,
-        "query": query,
-        "hits": hits,
-    }
+        query, hits = record.query, json.dumps([_hit_json(h) for h in record.hits])
+    return (
+        key.tenant_id,
+        key.principal_id,
+        key.conversation_id,
+        key.turn_id,
+        kind,
+        record.record_time,
+        etag,
+        count,
+        query,
+        hits,
+    )
+
+
+class _Flushed:
+    """A flush's place in the queue: set once every record queued before it is written."""
+
+    __slots__ = ("event",)
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
 
 
 class BufferedInspectionStore:
     """`InspectionStore` that writes records from one background thread, in batches.
 
-    `record_*` only queue (a lock and an append); `flush` waits until every record queued
-    before it is written; `read` flushes first. With more than `max_pending` records queued
-    (the store is slow or down), a record is written in the call instead, so memory stays
+    `record_*` only append to a deque: no lock, no notification, no allocation beyond the
+    entry, and nothing else runs on the caller's thread. The writer sleeps until the first
+    record after an idle spell wakes it (one `Event.set` per batch, not per record), lets
+    a batch gather for `linger_s` and writes everything queued. Before, every record took
+    the queue's lock and notified the writer, which woke on every call to find its batch
+    not yet full: at 1 in flight that hand-off cost a render more than the write itself
+    (docs/decisions.md). `flush` queues a marker and waits until the writer has written
+    everything before it; `read` flushes first. With `max_pending` records queued (the
+    store is slow or down), a record is written in the call instead, so memory stays
     bounded and nothing is dropped silently. A batch that fails is logged and dropped (its
     calls were answered long ago; the store's outage is reported by health).
     """
@@ -233,21 +276,22 @@ class BufferedInspectionStore:
         self,
         inner: SqlInspectionStore,
         *,
-        batch_size: int = 256,
+        batch_size: int = 512,
         max_pending: int = 10_000,
         linger_s: float = 0.05,
     ) -> None:
-        """`linger_s`: how long the writer lets records gather before writing a batch (unless
-        the batch is full or someone flushes), so a busy server writes many per commit."""
+        """`linger_s`: how long the writer lets records gather before writing (unless the
+        batch is full or someone flushes), so a busy server writes many per commit."""
         self._inner = inner
         self._batch_size = batch_size
         self._linger_s = linger_s
-        self._flushing = 0  # callers waiting in flush: write at once
         self._max_pending = max_pending
-        self._queue: deque[tuple[TurnKey, Record]] = deque()
-        self._cond = threading.Condition()
-        self._queued = 0  # records ever queued
-        self._done = 0  # records ever taken from the queue and written (or dropped)
+        # deque.append and popleft are atomic under the GIL: the callers and the writer
+        # share it without a lock.
+        self._queue: deque[tuple[TurnKey, Record] | _Flushed] = deque()
+        self._wake = threading.Event()  # something was queued while the writer slept
+        self._hurry = threading.Event()  # a flush, a full batch or close: stop lingering
+        self._sleeping = False  # the writer waits on _wake (only then do callers set it)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="inspection-writer", daemon=True)
         self._thread.start()
@@ -270,24 +314,30 @@ class BufferedInspectionStore:
         return self._inner.failed_writes(key)
 
     def _put(self, key: TurnKey, record: Record) -> None:
-        with self._cond:
-            if len(self._queue) < self._max_pending and not self._stopping:
-                self._queue.append((key, record))
-                self._queued += 1
-                self._cond.notify_all()
-                return
-        self._inner.write([(key, record)])
+        queued = len(self._queue)
+        if queued >= self._max_pending or self._stopping:
+            self._inner.write([(key, record)])
+            return
+        self._queue.append((key, record))
+        if self._sleeping:
+            self._sleeping = False  # one wake-up for the callers racing here, not one each
+            self._wake.set()
+        elif queued + 1 == self._batch_size:
+            self._hurry.set()
 
     def flush(self) -> None:
         """Return once every record queued before this call is written."""
-        with self._cond:
-            target = self._queued
-            self._flushing += 1
-            self._cond.notify_all()
-            try:
-                self._cond.wait_for(lambda: self._done >= target or not self._thread.is_alive())
-            finally:
-                self._flushing -= 1
+        if not self._thread.is_alive():  # closed: write what is left here
+            self._drain()
+            return
+        marker = _Flushed()
+        self._queue.append(marker)
+        self._wake.set()
+        self._hurry.set()
+        # Bounded waits, so a writer that died (it never should) cannot hang the caller.
+        while not marker.event.wait(1.0):
+            if not self._thread.is_alive():
+                return
 
     def read(self, key: TurnKey) -> TurnRecords:
         """See `InspectionStore.read` (after a flush)."""
@@ -300,38 +350,58 @@ class BufferedInspectionStore:
 
     def close(self) -> None:
         """Write what is queued, then stop the thread."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
+        self._stopping = True
+        self._wake.set()
+        self._hurry.set()
         self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._drain()  # a record queued while the writer was stopping
 
     def _run(self) -> None:
         while True:
-            with self._cond:
-                self._cond.wait_for(lambda: bool(self._queue) or self._stopping)
-                if not self._queue:
-                    return  # stopping, and everything is written
-                # Let a batch gather (bounded by linger_s), unless it is full or awaited.
-                self._cond.wait_for(
-                    lambda: (
-                        len(self._queue) >= self._batch_size or self._flushing > 0 or self._stopping
-                    ),
-                    timeout=self._linger_s,
-                )
-                batch = [
-                    self._queue.popleft() for _ in range(min(len(self._queue), self._batch_size))
-                ]
-            try:
-                self._inner.write(batch)
-            except Exception as error:
-                log.warning(
-                    "dropped %d inspector records: the store failed (%s)",
-                    len(batch),
-                    type(error).__name__,
-                )
-            with self._cond:
-                self._done += len(batch)
-                self._cond.notify_all()
+            # Sleep until something is queued. The flag is raised before the queue is
+            # looked at, so a record appended after the look finds it and wakes us.
+            self._wake.clear()
+            self._sleeping = True
+            if not self._queue and not self._stopping:
+                self._wake.wait()
+            self._sleeping = False
+            if not self._queue and self._stopping:
+                return  # everything is written
+            # Let a batch gather. A flush sets _hurry after queuing its marker, so a
+            # marker queued before this clear is in the queue the drain below empties.
+            self._hurry.wait(self._linger_s)
+            self._hurry.clear()
+            self._drain()
+
+    def _drain(self) -> None:
+        """Write what is queued now, `batch_size` at a time, then release the flushes
+        queued among it."""
+        batch: list[tuple[TurnKey, Record]] = []
+        flushed: list[_Flushed] = []
+        for _ in range(len(self._queue)):
+            item = self._queue.popleft()
+            if isinstance(item, _Flushed):
+                flushed.append(item)
+                continue
+            batch.append(item)
+            if len(batch) >= self._batch_size:
+                self._write(batch)
+                batch = []
+        if batch:
+            self._write(batch)
+        for marker in flushed:
+            marker.event.set()
+
+    def _write(self, batch: list[tuple[TurnKey, Record]]) -> None:
+        try:
+            self._inner.write(batch)
+        except Exception as error:
+            log.warning(
+                "dropped %d inspector records: the store failed (%s)",
+                len(batch),
+                type(error).__name__,
+            )
 
 
 def _hit_json(hit: InspectedHit) -> dict[str, Any]:
