@@ -12,22 +12,21 @@ durable PostgreSQL (``harness.bench_pg_urls``, the default) or on the embedded S
 through reflection, interleaving in every round (the order reversed every other round):
 
 * ``render``: ``MemoryBlockService.RenderMemoryBlock`` with no turn reference (the hot path);
-* ``render+turn``: the same render naming a turn, every call a record (a JSON array of 1,000
-  turns of a conversation new to the round, sent round-robin: ghz parses it once, so the
-  client costs what the plain render's "{}" costs);
+* ``render+turn``: the same render naming a turn (one per run, in a conversation new to
+  the run), so every call queues a record and the writer inserts one row per call;
 * ``section``: ``ModelToolService.RenderPromptSection`` with no turn (what the turn adapters
   call);
 * ``section+turn``: the same naming a turn, as ``render+turn``.
 
 at 1 and 16 calls in flight, and prints requests/s, p50 and p99, the server's CPU per call
-(all its threads, the background writer's included) and the ratio of each ``+turn`` case's
-requests/s to its plain twin's measured in the same round (medians over rounds). Ratios,
-because ghz and the server share the machine's cores with whatever else runs; interleaving
-keeps both sides under the same load.
+(all its threads, the background writer's included), ghz's CPU per call, and the ratio
+of each ``+turn`` case's requests/s to its plain twin's measured in the same round
+(medians over rounds). Ratios, because ghz and the server share the machine's cores with
+whatever else runs; interleaving keeps both sides under the same load.
 
 Usage (from the repository root)::
 
-    .venv/bin/python bench/bench_inspector.py                 # durable PostgreSQL, ~2 min
+    .venv/bin/python bench/bench_inspector.py                 # durable PostgreSQL, ~2.5 min
     .venv/bin/python bench/bench_inspector.py --sqlite        # the embedded default
     .venv/bin/python bench/bench_inspector.py --duration 2 --rounds 1   # quicker, noisier
 
@@ -38,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import sys
 import tempfile
@@ -65,7 +65,6 @@ from procs import (
 )
 
 PRINCIPALS = 50
-TURNS = 1000  # distinct turns per request array (sent round-robin)
 CONCURRENCY = (1, 16)
 BLOCKS = "memoria.v1.MemoryBlockService"
 TOOLS = "memoria.v1.ModelToolService"
@@ -79,12 +78,14 @@ CASES: dict[str, tuple[str, bool]] = {
 
 
 def request_data(with_turn: bool, tag: str) -> str:
-    """ghz's request data: "{}", or an array of `TURNS` requests each naming its own turn of
-    conversation `tag` (every call records a render, as a turn adapter's first call does)."""
+    """ghz's request data: "{}", or one request naming turn 1 of conversation `tag` (every
+    call records a render: records are rows, one per render, however many a turn has). One
+    static request on both sides, so ghz pays the same per call for either: an array of
+    requests, one per turn, measured at up to about 100 microseconds more of ghz's CPU per call,
+    taken from the same 2 cores as the server's."""
     if not with_turn:
         return "{}"
-    turns = [{"turn": {"conversation_id": tag, "turn_id": str(i)}} for i in range(TURNS)]
-    return json.dumps(turns)
+    return json.dumps({"turn": {"conversation_id": tag, "turn_id": "1"}})
 
 
 def ghz_args(call: str, data: str, concurrency: int, seconds: float) -> list[str]:
@@ -118,10 +119,16 @@ def checked(report: dict[str, Any], concurrency: int) -> dict[str, Any]:
     return report
 
 
+def _children_cpu_seconds() -> float:
+    """User + system CPU of this driver's finished children (each ghz run, once reaped)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per ghz run")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--sqlite", action="store_true", help="the embedded SQLite default")
     args = parser.parse_args(argv)
     raise_on_sigterm()
@@ -129,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     make_db = sqlite_database if args.sqlite else postgres_database
     results: dict[tuple[str, int], list[dict[str, Any]]] = {}
     cpu_us: dict[tuple[str, int], list[float]] = {}
+    ghz_us: dict[tuple[str, int], list[float]] = {}
     with make_db(Population(PRINCIPALS, 0)) as db, tempfile.TemporaryDirectory() as tmp:
         server = ServerProcess(db.server_args, Path(tmp), service=BLOCKS, stop_timeout_s=10)
         try:
@@ -144,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         call, with_turn = CASES[name]
                         data = request_data(with_turn, f"c-{round_}-{concurrency}-{len(name)}")
                         before = server.cpu_seconds()
+                        client_before = _children_cpu_seconds()
                         report = checked(
                             run_ghz(
                                 binary,
@@ -154,9 +163,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                             concurrency,
                         )
                         spent = server.cpu_seconds() - before
+                        client = _children_cpu_seconds() - client_before
                         results.setdefault((name, concurrency), []).append(report)
                         calls = max(1, int(report.get("count", 0)))
                         cpu_us.setdefault((name, concurrency), []).append(spent / calls * 1e6)
+                        ghz_us.setdefault((name, concurrency), []).append(client / calls * 1e6)
         finally:
             server.stop()
         description = db.description
@@ -165,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"database: {description}")
     print(f"rounds {args.rounds}, {args.duration:g} s per run, {PRINCIPALS} principals")
     header = f"{'case':<13} {'conc':>4} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7}"
-    print(f"{header} {'cpu us':>7} {'turn/plain':>10}")
+    print(f"{header} {'cpu us':>7} {'ghz us':>7} {'turn/plain':>10}")
     median: Callable[[Any], float] = statistics.median
     for concurrency in CONCURRENCY:
         for name in CASES:
@@ -179,8 +190,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 ratios = [t["rps"] / p["rps"] for t, p in zip(runs, plain, strict=True)]
                 ratio = f"{median(ratios):.2f}"
             cpu = median(cpu_us[(name, concurrency)])
+            client = median(ghz_us[(name, concurrency)])
             row = f"{name:<13} {concurrency:>4} {rps:>7.0f} {p50:>7.2f} {p99:>7.2f}"
-            print(f"{row} {cpu:>7.0f} {ratio:>10}")
+            print(f"{row} {cpu:>7.0f} {client:>7.0f} {ratio:>10}")
 
 
 if __name__ == "__main__":
