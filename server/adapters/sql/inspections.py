@@ -2,16 +2,17 @@
 
 A record is one row of `turn_inspections` (migration 0008), in the same database as the turn
 queue, so a conversation's delete and a principal's erasure remove its records in their own
-transactions (server/adapters/sql/turns.py). A record is written in one statement that also checks
-the conversation's tombstone, so nothing is recorded for a deleted conversation. On
-PostgreSQL the write takes no principal lock (it changes nothing a writer decides on); on
+transactions (server/adapters/sql/turns.py). Records are inserted by a statement that also
+checks each one's conversation tombstone, so nothing is recorded for a deleted conversation.
+On PostgreSQL the write takes no principal lock (it changes nothing a writer decides on); on
 SQLite it queues on the store's one writer lock like every write.
 
 `BufferedInspectionStore` takes the write off the render path: a render or search that names
-its turn only appends the record to an in-process queue, and one background thread writes
-what has queued, in one transaction per tenant. Measured with bench/bench_inspector.py on
-SQLite: writing each record in the call made a render with a turn reference serve about
-0.35-0.4 of a plain render's requests/s (bench/README.md has the buffered figure).
+its turn only appends the record to an in-process deque, and one background thread writes
+what has queued, one statement per tenant and batch. Measured with bench/bench_inspector.py
+(bench/README.md, docs/decisions.md): writing each record in the call made a render with a
+turn reference serve about 0.35-0.4 of a plain render's requests/s on SQLite; queued
+behind a lock that woke the writer on every record, 0.53-0.9.
 Reading a turn's records, deleting a conversation and erasing first wait until everything
 recorded before has been written (`flush`), so this process never shows a stale inspection
 nor leaves a record behind an erasure. Records still queued when the process dies are lost:
@@ -20,6 +21,7 @@ they are a diagnostic, not the person's data, and the calls they describe were a
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -156,52 +158,70 @@ class SqlInspectionStore:
             )
 
 
+_SQLITE_ROWS = 50
+"""Rows per SQLite INSERT (10 parameters each; SQLite allows 32,766)."""
+
+
 def _insert(postgres: bool) -> Callable[[Connection, list[tuple[Any, ...]]], None]:
     """How a batch of rows (`_row`) is inserted: each record only when its conversation has
     no tombstone, checked in the inserting statement itself, so no deleted conversation gets
     a record, even one racing its deletion.
 
-    The batch goes to the database as ONE parameter, a JSON array of rows (one `json.dumps`,
-    in C), unpacked by the database's JSON functions in one statement, sent to the driver
-    as it is (`exec_driver_sql`). Measured on the writer thread (docs/decisions.md):
-    SQLAlchemy's per-row parameter processing cost more than the database did; psycopg's
-    executemany sends a statement per row and its arrays are quoted element by element in
-    Python; and sqlite3's executemany steps once per row, releasing the GIL around every
-    step, each release a hand-off to a waiting request thread and a wait to get it back."""
+    A batch is one statement (SQLite: one per `_SQLITE_ROWS` rows), sent to the driver as it
+    is (`exec_driver_sql`). Measured on the writer thread (docs/decisions.md): SQLAlchemy's
+    per-row parameter processing cost more than the database did; psycopg's executemany
+    sends a statement per row; sqlite3's executemany steps once per row and releases the
+    GIL around every step, each release a hand-off to a waiting request thread and a wait
+    to get it back. PostgreSQL gets the batch as ONE parameter, a JSON array of rows (one
+    `json.dumps`, in C) that jsonb unpacks once; SQLite as the rows of one VALUES list
+    (bound in C; its JSON functions parse the text again for every field read)."""
     columns = ", ".join(_COLUMNS)
-    casts = {5: "timestamptz", 7: "integer", 9: "json"}
     if postgres:
+        casts = {5: "timestamptz", 7: "integer", 9: "json"}
         picked = ", ".join(
             f"CAST(r.v ->> {i} AS {casts[i]})" if i in casts else f"r.v ->> {i}"
             for i in range(len(_COLUMNS))
         )
-        source = "json_array_elements(CAST(%s AS json)) AS r(v)"
-        field = "r.v ->> {}".format
-        encode_time: Callable[[datetime], str] = datetime.isoformat
-    else:
-        picked = ", ".join(f"json_extract(r.value, '$[{i}]')" for i in range(len(_COLUMNS)))
-        source = "json_each(?) AS r"
-        field = "json_extract(r.value, '$[{}]')".format
-        # SQLite keeps a time as text in SQLAlchemy's format: the column type's own
-        # conversion, so rows read back (and compare in `purge`) as every other writer's.
-        dialect = sqlite_dialect.dialect()
-        processor = _i.c.record_time.type.dialect_impl(dialect).bind_processor(dialect)
-        assert processor is not None  # SQLite's DATETIME always converts
-        encode_time = processor
-    sql = f"""
-        INSERT INTO turn_inspections ({columns})
-        SELECT {picked} FROM {source}
-         WHERE NOT EXISTS (
-            SELECT 1 FROM conversation_tombstones z
-             WHERE z.tenant_id = {field(0)} AND z.principal_id = {field(1)}
-               AND z.conversation_id = {field(2)})
-        """
+        pg_sql = f"""
+            INSERT INTO turn_inspections ({columns})
+            SELECT {picked} FROM jsonb_array_elements(CAST(%s AS jsonb)) AS r(v)
+             WHERE NOT EXISTS (
+                SELECT 1 FROM conversation_tombstones z
+                 WHERE z.tenant_id = r.v ->> 0 AND z.principal_id = r.v ->> 1
+                   AND z.conversation_id = r.v ->> 2)
+            """
 
-    def insert(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
-        batch = [(*row[:5], encode_time(row[5]), *row[6:]) for row in rows]
-        conn.exec_driver_sql(sql, (json.dumps(batch),))
+        def insert_pg(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
+            batch = [(*row[:5], row[5].isoformat(), *row[6:]) for row in rows]
+            conn.exec_driver_sql(pg_sql, (json.dumps(batch),))
 
-    return insert
+        return insert_pg
+
+    # SQLite keeps a time as text in SQLAlchemy's format: the column type's own conversion,
+    # so rows read back (and compare in `purge`) as every other writer's.
+    dialect = sqlite_dialect.dialect()
+    encode_time = _i.c.record_time.type.dialect_impl(dialect).bind_processor(dialect)
+    assert encode_time is not None  # SQLite's DATETIME always converts
+    values = "(" + ", ".join("?" for _ in _COLUMNS) + ")"
+
+    @functools.cache
+    def sqlite_sql(count: int) -> str:
+        return f"""
+            INSERT INTO turn_inspections ({columns})
+            SELECT * FROM (VALUES {", ".join(values for _ in range(count))}) AS r
+             WHERE NOT EXISTS (
+                SELECT 1 FROM conversation_tombstones z
+                 WHERE z.tenant_id = r.column1 AND z.principal_id = r.column2
+                   AND z.conversation_id = r.column3)
+            """
+
+    def insert_sqlite(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
+        for start in range(0, len(rows), _SQLITE_ROWS):
+            chunk = rows[start : start + _SQLITE_ROWS]
+            params = [v for row in chunk for v in (*row[:5], encode_time(row[5]), *row[6:])]
+            conn.exec_driver_sql(sqlite_sql(len(chunk)), tuple(params))
+
+    return insert_sqlite
 
 
 def _turn_is(key: TurnKey) -> tuple[Any, ...]:
