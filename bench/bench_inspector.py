@@ -21,7 +21,7 @@ through reflection, interleaving in every round (the order reversed every other 
 at 1 and 16 calls in flight, and prints requests/s, p50 and p99, the server's CPU per call
 (all its threads, the background writer's included), ghz's CPU per call, and the ratio
 of each ``+turn`` case's requests/s to its plain twin's measured in the same round
-(medians over rounds). Ratios, because ghz and the server share the machine's cores with
+(medians over rounds; the ratio's range over rounds beside it). Ratios, because ghz and the server share the machine's cores with
 whatever else runs; interleaving keeps both sides under the same load.
 
 Usage (from the repository root)::
@@ -176,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"database: {description}")
     print(f"rounds {args.rounds}, {args.duration:g} s per run, {PRINCIPALS} principals")
     header = f"{'case':<13} {'conc':>4} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7}"
-    print(f"{header} {'cpu us':>7} {'ghz us':>7} {'turn/plain':>10}")
+    print(f"{header} {'cpu us':>7} {'ghz us':>7} turn/plain (per round)")
     median: Callable[[Any], float] = statistics.median
     for concurrency in CONCURRENCY:
         for name in CASES:
@@ -188,11 +188,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             if name.endswith("+turn"):
                 plain = results[(name.removesuffix("+turn"), concurrency)]
                 ratios = [t["rps"] / p["rps"] for t, p in zip(runs, plain, strict=True)]
-                ratio = f"{median(ratios):.2f}"
+                ratio = f"{median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
             cpu = median(cpu_us[(name, concurrency)])
             client = median(ghz_us[(name, concurrency)])
             row = f"{name:<13} {concurrency:>4} {rps:>7.0f} {p50:>7.2f} {p99:>7.2f}"
-            print(f"{row} {cpu:>7.0f} {client:>7.0f} {ratio:>10}")
+            print(f"{row} {cpu:>7.0f} {client:>7.0f} {ratio}")
 
 
 if __name__ == "__main__":
