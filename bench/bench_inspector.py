@@ -21,8 +21,9 @@ through reflection, interleaving in every round (the order reversed every other 
 at 1 and 16 calls in flight, and prints requests/s, p50 and p99, the server's CPU per call
 (all its threads, the background writer's included), ghz's CPU per call, and the ratio
 of each ``+turn`` case's requests/s to its plain twin's measured in the same round
-(medians over rounds; the ratio's range over rounds beside it). Ratios, because ghz and the server share the machine's cores with
-whatever else runs; interleaving keeps both sides under the same load.
+(medians over rounds; the ratio's range over rounds beside it). Ratios, because ghz and
+the server share the machine's cores with whatever else runs; interleaving keeps both
+sides under the same load.
 
 Usage (from the repository root)::
 
