@@ -48,7 +48,9 @@ class MemoryBlockServicer(pb_grpc.MemoryBlockServiceServicer):
     def GetMemoryBlock(
         self, request: pb.GetMemoryBlockRequest, context: grpc.ServicerContext
     ) -> pb.GetMemoryBlockResponse:
-        annotated = self._blocks.get_annotated(current_identity())
+        annotated = self._blocks.get_annotated(
+            current_identity(), with_origins=request.view == pb.MEMORY_BLOCK_VIEW_FULL
+        )
         return pb.GetMemoryBlockResponse(
             memory_block=block_message(annotated.block),
             line_origins=origin_messages(annotated.origins),

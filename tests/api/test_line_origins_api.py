@@ -26,7 +26,9 @@ def _rewrite(
 
 
 def _get(api: Api, principal: str) -> pb.GetMemoryBlockResponse:
-    return api.blocks.GetMemoryBlock(pb.GetMemoryBlockRequest(), metadata=api.who(principal))
+    return api.blocks.GetMemoryBlock(
+        pb.GetMemoryBlockRequest(view=pb.MEMORY_BLOCK_VIEW_FULL), metadata=api.who(principal)
+    )
 
 
 def test_lines_say_who_added_them_when_and_in_which_turn(api: Api) -> None:
@@ -42,6 +44,21 @@ def test_lines_say_who_added_them_when_and_in_which_turn(api: Api) -> None:
     assert origins[1].add_time == second.memory_block.update_time
     # Another person's writes are never anyone's origins.
     assert list(_get(api, "bob").line_origins) == []
+
+
+def test_the_basic_view_has_the_duplicates_but_reads_no_origins(api: Api) -> None:
+    """Origins read the audit log, so only MEMORY_BLOCK_VIEW_FULL has them; the default view
+    (what every other reader of the block gets) costs what reading the block costs."""
+    who = "ana"
+    _rewrite(api, who, "Likes tea\nlikes TEA", MODEL, ("c-1", "1"))
+    for view in (pb.MEMORY_BLOCK_VIEW_UNSPECIFIED, pb.MEMORY_BLOCK_VIEW_BASIC):
+        basic = api.blocks.GetMemoryBlock(
+            pb.GetMemoryBlockRequest(view=view), metadata=api.who(who)
+        )
+        assert basic.memory_block.text == "Likes tea\nlikes TEA"
+        assert list(basic.line_origins) == []
+        assert [list(g.line_indexes) for g in basic.duplicate_lines] == [[0, 1]]
+    assert [o.line_index for o in _get(api, who).line_origins] == [0, 1]
 
 
 def test_repeats_are_pointed_out_and_saved_as_written(api: Api) -> None:

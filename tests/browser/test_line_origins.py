@@ -57,7 +57,9 @@ def test_each_line_shows_its_origin_and_the_turn_it_came_from(person: Person) ->
     assert "* lines 1 and 4 (near-duplicates):" in second.text
     adapter.finish_turn("Actually, note my name again.", "Done.")
     assert adapter.flush(timeout=30) == 0
-    stored = person.api.blocks.GetMemoryBlock(pb.GetMemoryBlockRequest(), metadata=person.who)
+    stored = person.api.blocks.GetMemoryBlock(
+        pb.GetMemoryBlockRequest(view=pb.MEMORY_BLOCK_VIEW_FULL), metadata=person.who
+    )
     assert stored.memory_block.text == text
 
     page.reload()
@@ -116,5 +118,7 @@ def test_a_repeated_line_is_pointed_out_and_clear_all_leaves_no_origin(person: P
     expect(page.locator("#message")).to_have_text("Your memory was cleared.")
     expect(page.locator("#lines-section")).to_be_hidden()
     # Nothing is left to say where a line came from: no block, no origins.
-    again = person.api.blocks.GetMemoryBlock(pb.GetMemoryBlockRequest(), metadata=person.who)
+    again = person.api.blocks.GetMemoryBlock(
+        pb.GetMemoryBlockRequest(view=pb.MEMORY_BLOCK_VIEW_FULL), metadata=person.who
+    )
     assert list(again.line_origins) == [] and again.memory_block.text == ""

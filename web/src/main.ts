@@ -29,6 +29,7 @@ import {
   MemoryBlockService,
   type DuplicateLines,
   type GetMemoryBlockResponse,
+  MemoryBlockView,
 } from "../../generated/ts/memoria/v1/memory_block_service_pb.js";
 import { describe, reasonOf } from "./errors.js";
 
@@ -109,7 +110,7 @@ function updateCount(): void {
 }
 
 async function loadBlock(): Promise<void> {
-  const answer = await blocks.getMemoryBlock({});
+  const answer = await blocks.getMemoryBlock({ view: MemoryBlockView.FULL });
   const memoryBlock = answer.memoryBlock;
   baseline = { etag: memoryBlock?.etag ?? "", text: memoryBlock?.text ?? "" };
   charLimit = memoryBlock?.charLimit ?? 0;
@@ -121,7 +122,7 @@ async function loadBlock(): Promise<void> {
 
 /** Refreshes the saved lines, their origins and repeats (after a save: the box keeps its text). */
 async function loadLines(): Promise<void> {
-  showLines(await blocks.getMemoryBlock({}));
+  showLines(await blocks.getMemoryBlock({ view: MemoryBlockView.FULL }));
 }
 
 function writerWords(writer: Writer): string {

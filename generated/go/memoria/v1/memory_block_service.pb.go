@@ -22,6 +22,61 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// MemoryBlockView says how much GetMemoryBlock returns (AIP-157).
+type MemoryBlockView int32
+
+const (
+	// Unset: the same as MEMORY_BLOCK_VIEW_BASIC.
+	MemoryBlockView_MEMORY_BLOCK_VIEW_UNSPECIFIED MemoryBlockView = 0
+	// The block and its repeated and near-duplicate lines (computed from the
+	// text alone: as cheap as reading the block).
+	MemoryBlockView_MEMORY_BLOCK_VIEW_BASIC MemoryBlockView = 1
+	// BASIC plus `line_origins`, derived from the caller's audit log (up to
+	// 2,000 events read): for a person's settings screen, not for every turn.
+	MemoryBlockView_MEMORY_BLOCK_VIEW_FULL MemoryBlockView = 2
+)
+
+// Enum value maps for MemoryBlockView.
+var (
+	MemoryBlockView_name = map[int32]string{
+		0: "MEMORY_BLOCK_VIEW_UNSPECIFIED",
+		1: "MEMORY_BLOCK_VIEW_BASIC",
+		2: "MEMORY_BLOCK_VIEW_FULL",
+	}
+	MemoryBlockView_value = map[string]int32{
+		"MEMORY_BLOCK_VIEW_UNSPECIFIED": 0,
+		"MEMORY_BLOCK_VIEW_BASIC":       1,
+		"MEMORY_BLOCK_VIEW_FULL":        2,
+	}
+)
+
+func (x MemoryBlockView) Enum() *MemoryBlockView {
+	p := new(MemoryBlockView)
+	*p = x
+	return p
+}
+
+func (x MemoryBlockView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MemoryBlockView) Descriptor() protoreflect.EnumDescriptor {
+	return file_memoria_v1_memory_block_service_proto_enumTypes[0].Descriptor()
+}
+
+func (MemoryBlockView) Type() protoreflect.EnumType {
+	return &file_memoria_v1_memory_block_service_proto_enumTypes[0]
+}
+
+func (x MemoryBlockView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MemoryBlockView.Descriptor instead.
+func (MemoryBlockView) EnumDescriptor() ([]byte, []int) {
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{0}
+}
+
 // DuplicateKind says how the lines of a DuplicateLines group resemble each
 // other.
 type DuplicateKind int32
@@ -61,11 +116,11 @@ func (x DuplicateKind) String() string {
 }
 
 func (DuplicateKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_memoria_v1_memory_block_service_proto_enumTypes[0].Descriptor()
+	return file_memoria_v1_memory_block_service_proto_enumTypes[1].Descriptor()
 }
 
 func (DuplicateKind) Type() protoreflect.EnumType {
-	return &file_memoria_v1_memory_block_service_proto_enumTypes[0]
+	return &file_memoria_v1_memory_block_service_proto_enumTypes[1]
 }
 
 func (x DuplicateKind) Number() protoreflect.EnumNumber {
@@ -74,12 +129,16 @@ func (x DuplicateKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DuplicateKind.Descriptor instead.
 func (DuplicateKind) EnumDescriptor() ([]byte, []int) {
-	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{0}
+	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{1}
 }
 
-// GetMemoryBlockRequest has no fields: the block is the caller's.
+// GetMemoryBlockRequest asks for the caller's block (there is no field naming
+// whose: the block is the caller's).
 type GetMemoryBlockRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How much to return (AIP-157). Unset means MEMORY_BLOCK_VIEW_BASIC: the
+	// block and its duplicate lines, without `line_origins`.
+	View          MemoryBlockView `protobuf:"varint,1,opt,name=view,proto3,enum=memoria.v1.MemoryBlockView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -114,13 +173,20 @@ func (*GetMemoryBlockRequest) Descriptor() ([]byte, []int) {
 	return file_memoria_v1_memory_block_service_proto_rawDescGZIP(), []int{0}
 }
 
+func (x *GetMemoryBlockRequest) GetView() MemoryBlockView {
+	if x != nil {
+		return x.View
+	}
+	return MemoryBlockView_MEMORY_BLOCK_VIEW_UNSPECIFIED
+}
+
 // GetMemoryBlockResponse carries the caller's block.
 type GetMemoryBlockResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The stored block; empty text and etag when the caller has none.
 	MemoryBlock *MemoryBlock `protobuf:"bytes,1,opt,name=memory_block,json=memoryBlock,proto3" json:"memory_block,omitempty"`
-	// Where the block's lines came from: at most one entry per line, ordered by
-	// `line_index`. Derived from the audit log's rewrite events since the
+	// Where the block's lines came from (only with MEMORY_BLOCK_VIEW_FULL): at
+	// most one entry per line, ordered by `line_index`. Derived from the audit log's rewrite events since the
 	// block's last deletion or erasure (so an origin never outlives its
 	// content). A line with no entry has no recorded origin (written before the
 	// audit kept lines, or by other means). A line longer than the audit keeps
@@ -931,8 +997,9 @@ var File_memoria_v1_memory_block_service_proto protoreflect.FileDescriptor
 const file_memoria_v1_memory_block_service_proto_rawDesc = "" +
 	"\n" +
 	"%memoria/v1/memory_block_service.proto\x12\n" +
-	"memoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dmemoria/v1/memory_block.proto\"\x17\n" +
-	"\x15GetMemoryBlockRequest\"\xd4\x01\n" +
+	"memoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dmemoria/v1/memory_block.proto\"H\n" +
+	"\x15GetMemoryBlockRequest\x12/\n" +
+	"\x04view\x18\x01 \x01(\x0e2\x1b.memoria.v1.MemoryBlockViewR\x04view\"\xd4\x01\n" +
 	"\x16GetMemoryBlockResponse\x12:\n" +
 	"\fmemory_block\x18\x01 \x01(\v2\x17.memoria.v1.MemoryBlockR\vmemoryBlock\x129\n" +
 	"\fline_origins\x18\x02 \x03(\v2\x16.memoria.v1.LineOriginR\vlineOrigins\x12C\n" +
@@ -985,7 +1052,11 @@ const file_memoria_v1_memory_block_service_proto_rawDesc = "" +
 	"\x06writer\x18\x02 \x01(\x0e2\x12.memoria.v1.WriterR\x06writerB\x11\n" +
 	"\x0f_memory_enabled\"V\n" +
 	"\x1cUpdateMemorySettingsResponse\x126\n" +
-	"\bsettings\x18\x01 \x01(\v2\x1a.memoria.v1.MemorySettingsR\bsettings*o\n" +
+	"\bsettings\x18\x01 \x01(\v2\x1a.memoria.v1.MemorySettingsR\bsettings*m\n" +
+	"\x0fMemoryBlockView\x12!\n" +
+	"\x1dMEMORY_BLOCK_VIEW_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17MEMORY_BLOCK_VIEW_BASIC\x10\x01\x12\x1a\n" +
+	"\x16MEMORY_BLOCK_VIEW_FULL\x10\x02*o\n" +
 	"\rDuplicateKind\x12\x1e\n" +
 	"\x1aDUPLICATE_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17DUPLICATE_KIND_REPEATED\x10\x01\x12!\n" +
@@ -1013,64 +1084,66 @@ func file_memoria_v1_memory_block_service_proto_rawDescGZIP() []byte {
 	return file_memoria_v1_memory_block_service_proto_rawDescData
 }
 
-var file_memoria_v1_memory_block_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_memoria_v1_memory_block_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_memoria_v1_memory_block_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_memoria_v1_memory_block_service_proto_goTypes = []any{
-	(DuplicateKind)(0),                   // 0: memoria.v1.DuplicateKind
-	(*GetMemoryBlockRequest)(nil),        // 1: memoria.v1.GetMemoryBlockRequest
-	(*GetMemoryBlockResponse)(nil),       // 2: memoria.v1.GetMemoryBlockResponse
-	(*LineOrigin)(nil),                   // 3: memoria.v1.LineOrigin
-	(*DuplicateLines)(nil),               // 4: memoria.v1.DuplicateLines
-	(*RenderMemoryBlockRequest)(nil),     // 5: memoria.v1.RenderMemoryBlockRequest
-	(*RenderMemoryBlockResponse)(nil),    // 6: memoria.v1.RenderMemoryBlockResponse
-	(*RewriteMemoryBlockRequest)(nil),    // 7: memoria.v1.RewriteMemoryBlockRequest
-	(*RewriteMemoryBlockResponse)(nil),   // 8: memoria.v1.RewriteMemoryBlockResponse
-	(*DeleteMemoryBlockRequest)(nil),     // 9: memoria.v1.DeleteMemoryBlockRequest
-	(*DeleteMemoryBlockResponse)(nil),    // 10: memoria.v1.DeleteMemoryBlockResponse
-	(*GetMemorySettingsRequest)(nil),     // 11: memoria.v1.GetMemorySettingsRequest
-	(*GetMemorySettingsResponse)(nil),    // 12: memoria.v1.GetMemorySettingsResponse
-	(*UpdateMemorySettingsRequest)(nil),  // 13: memoria.v1.UpdateMemorySettingsRequest
-	(*UpdateMemorySettingsResponse)(nil), // 14: memoria.v1.UpdateMemorySettingsResponse
-	(*MemoryBlock)(nil),                  // 15: memoria.v1.MemoryBlock
-	(Writer)(0),                          // 16: memoria.v1.Writer
-	(*timestamppb.Timestamp)(nil),        // 17: google.protobuf.Timestamp
-	(*TurnReference)(nil),                // 18: memoria.v1.TurnReference
-	(*MemorySettings)(nil),               // 19: memoria.v1.MemorySettings
+	(MemoryBlockView)(0),                 // 0: memoria.v1.MemoryBlockView
+	(DuplicateKind)(0),                   // 1: memoria.v1.DuplicateKind
+	(*GetMemoryBlockRequest)(nil),        // 2: memoria.v1.GetMemoryBlockRequest
+	(*GetMemoryBlockResponse)(nil),       // 3: memoria.v1.GetMemoryBlockResponse
+	(*LineOrigin)(nil),                   // 4: memoria.v1.LineOrigin
+	(*DuplicateLines)(nil),               // 5: memoria.v1.DuplicateLines
+	(*RenderMemoryBlockRequest)(nil),     // 6: memoria.v1.RenderMemoryBlockRequest
+	(*RenderMemoryBlockResponse)(nil),    // 7: memoria.v1.RenderMemoryBlockResponse
+	(*RewriteMemoryBlockRequest)(nil),    // 8: memoria.v1.RewriteMemoryBlockRequest
+	(*RewriteMemoryBlockResponse)(nil),   // 9: memoria.v1.RewriteMemoryBlockResponse
+	(*DeleteMemoryBlockRequest)(nil),     // 10: memoria.v1.DeleteMemoryBlockRequest
+	(*DeleteMemoryBlockResponse)(nil),    // 11: memoria.v1.DeleteMemoryBlockResponse
+	(*GetMemorySettingsRequest)(nil),     // 12: memoria.v1.GetMemorySettingsRequest
+	(*GetMemorySettingsResponse)(nil),    // 13: memoria.v1.GetMemorySettingsResponse
+	(*UpdateMemorySettingsRequest)(nil),  // 14: memoria.v1.UpdateMemorySettingsRequest
+	(*UpdateMemorySettingsResponse)(nil), // 15: memoria.v1.UpdateMemorySettingsResponse
+	(*MemoryBlock)(nil),                  // 16: memoria.v1.MemoryBlock
+	(Writer)(0),                          // 17: memoria.v1.Writer
+	(*timestamppb.Timestamp)(nil),        // 18: google.protobuf.Timestamp
+	(*TurnReference)(nil),                // 19: memoria.v1.TurnReference
+	(*MemorySettings)(nil),               // 20: memoria.v1.MemorySettings
 }
 var file_memoria_v1_memory_block_service_proto_depIdxs = []int32{
-	15, // 0: memoria.v1.GetMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
-	3,  // 1: memoria.v1.GetMemoryBlockResponse.line_origins:type_name -> memoria.v1.LineOrigin
-	4,  // 2: memoria.v1.GetMemoryBlockResponse.duplicate_lines:type_name -> memoria.v1.DuplicateLines
-	16, // 3: memoria.v1.LineOrigin.writer:type_name -> memoria.v1.Writer
-	17, // 4: memoria.v1.LineOrigin.add_time:type_name -> google.protobuf.Timestamp
-	18, // 5: memoria.v1.LineOrigin.turn:type_name -> memoria.v1.TurnReference
-	0,  // 6: memoria.v1.DuplicateLines.kind:type_name -> memoria.v1.DuplicateKind
-	18, // 7: memoria.v1.RenderMemoryBlockRequest.turn:type_name -> memoria.v1.TurnReference
-	16, // 8: memoria.v1.RewriteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
-	18, // 9: memoria.v1.RewriteMemoryBlockRequest.turn:type_name -> memoria.v1.TurnReference
-	15, // 10: memoria.v1.RewriteMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
-	4,  // 11: memoria.v1.RewriteMemoryBlockResponse.duplicate_lines:type_name -> memoria.v1.DuplicateLines
-	16, // 12: memoria.v1.DeleteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
-	19, // 13: memoria.v1.GetMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
-	16, // 14: memoria.v1.UpdateMemorySettingsRequest.writer:type_name -> memoria.v1.Writer
-	19, // 15: memoria.v1.UpdateMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
-	1,  // 16: memoria.v1.MemoryBlockService.GetMemoryBlock:input_type -> memoria.v1.GetMemoryBlockRequest
-	5,  // 17: memoria.v1.MemoryBlockService.RenderMemoryBlock:input_type -> memoria.v1.RenderMemoryBlockRequest
-	7,  // 18: memoria.v1.MemoryBlockService.RewriteMemoryBlock:input_type -> memoria.v1.RewriteMemoryBlockRequest
-	9,  // 19: memoria.v1.MemoryBlockService.DeleteMemoryBlock:input_type -> memoria.v1.DeleteMemoryBlockRequest
-	11, // 20: memoria.v1.MemoryBlockService.GetMemorySettings:input_type -> memoria.v1.GetMemorySettingsRequest
-	13, // 21: memoria.v1.MemoryBlockService.UpdateMemorySettings:input_type -> memoria.v1.UpdateMemorySettingsRequest
-	2,  // 22: memoria.v1.MemoryBlockService.GetMemoryBlock:output_type -> memoria.v1.GetMemoryBlockResponse
-	6,  // 23: memoria.v1.MemoryBlockService.RenderMemoryBlock:output_type -> memoria.v1.RenderMemoryBlockResponse
-	8,  // 24: memoria.v1.MemoryBlockService.RewriteMemoryBlock:output_type -> memoria.v1.RewriteMemoryBlockResponse
-	10, // 25: memoria.v1.MemoryBlockService.DeleteMemoryBlock:output_type -> memoria.v1.DeleteMemoryBlockResponse
-	12, // 26: memoria.v1.MemoryBlockService.GetMemorySettings:output_type -> memoria.v1.GetMemorySettingsResponse
-	14, // 27: memoria.v1.MemoryBlockService.UpdateMemorySettings:output_type -> memoria.v1.UpdateMemorySettingsResponse
-	22, // [22:28] is the sub-list for method output_type
-	16, // [16:22] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	0,  // 0: memoria.v1.GetMemoryBlockRequest.view:type_name -> memoria.v1.MemoryBlockView
+	16, // 1: memoria.v1.GetMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
+	4,  // 2: memoria.v1.GetMemoryBlockResponse.line_origins:type_name -> memoria.v1.LineOrigin
+	5,  // 3: memoria.v1.GetMemoryBlockResponse.duplicate_lines:type_name -> memoria.v1.DuplicateLines
+	17, // 4: memoria.v1.LineOrigin.writer:type_name -> memoria.v1.Writer
+	18, // 5: memoria.v1.LineOrigin.add_time:type_name -> google.protobuf.Timestamp
+	19, // 6: memoria.v1.LineOrigin.turn:type_name -> memoria.v1.TurnReference
+	1,  // 7: memoria.v1.DuplicateLines.kind:type_name -> memoria.v1.DuplicateKind
+	19, // 8: memoria.v1.RenderMemoryBlockRequest.turn:type_name -> memoria.v1.TurnReference
+	17, // 9: memoria.v1.RewriteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
+	19, // 10: memoria.v1.RewriteMemoryBlockRequest.turn:type_name -> memoria.v1.TurnReference
+	16, // 11: memoria.v1.RewriteMemoryBlockResponse.memory_block:type_name -> memoria.v1.MemoryBlock
+	5,  // 12: memoria.v1.RewriteMemoryBlockResponse.duplicate_lines:type_name -> memoria.v1.DuplicateLines
+	17, // 13: memoria.v1.DeleteMemoryBlockRequest.writer:type_name -> memoria.v1.Writer
+	20, // 14: memoria.v1.GetMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
+	17, // 15: memoria.v1.UpdateMemorySettingsRequest.writer:type_name -> memoria.v1.Writer
+	20, // 16: memoria.v1.UpdateMemorySettingsResponse.settings:type_name -> memoria.v1.MemorySettings
+	2,  // 17: memoria.v1.MemoryBlockService.GetMemoryBlock:input_type -> memoria.v1.GetMemoryBlockRequest
+	6,  // 18: memoria.v1.MemoryBlockService.RenderMemoryBlock:input_type -> memoria.v1.RenderMemoryBlockRequest
+	8,  // 19: memoria.v1.MemoryBlockService.RewriteMemoryBlock:input_type -> memoria.v1.RewriteMemoryBlockRequest
+	10, // 20: memoria.v1.MemoryBlockService.DeleteMemoryBlock:input_type -> memoria.v1.DeleteMemoryBlockRequest
+	12, // 21: memoria.v1.MemoryBlockService.GetMemorySettings:input_type -> memoria.v1.GetMemorySettingsRequest
+	14, // 22: memoria.v1.MemoryBlockService.UpdateMemorySettings:input_type -> memoria.v1.UpdateMemorySettingsRequest
+	3,  // 23: memoria.v1.MemoryBlockService.GetMemoryBlock:output_type -> memoria.v1.GetMemoryBlockResponse
+	7,  // 24: memoria.v1.MemoryBlockService.RenderMemoryBlock:output_type -> memoria.v1.RenderMemoryBlockResponse
+	9,  // 25: memoria.v1.MemoryBlockService.RewriteMemoryBlock:output_type -> memoria.v1.RewriteMemoryBlockResponse
+	11, // 26: memoria.v1.MemoryBlockService.DeleteMemoryBlock:output_type -> memoria.v1.DeleteMemoryBlockResponse
+	13, // 27: memoria.v1.MemoryBlockService.GetMemorySettings:output_type -> memoria.v1.GetMemorySettingsResponse
+	15, // 28: memoria.v1.MemoryBlockService.UpdateMemorySettings:output_type -> memoria.v1.UpdateMemorySettingsResponse
+	23, // [23:29] is the sub-list for method output_type
+	17, // [17:23] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_memoria_v1_memory_block_service_proto_init() }
@@ -1087,7 +1160,7 @@ func file_memoria_v1_memory_block_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_memoria_v1_memory_block_service_proto_rawDesc), len(file_memoria_v1_memory_block_service_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,

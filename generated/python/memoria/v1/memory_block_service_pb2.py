@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from memoria.v1 import memory_block_pb2 as memoria_dot_v1_dot_memory__block__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%memoria/v1/memory_block_service.proto\x12\nmemoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dmemoria/v1/memory_block.proto\"\x17\n\x15GetMemoryBlockRequest\"\xaa\x01\n\x16GetMemoryBlockResponse\x12-\n\x0cmemory_block\x18\x01 \x01(\x0b\x32\x17.memoria.v1.MemoryBlock\x12,\n\x0cline_origins\x18\x02 \x03(\x0b\x32\x16.memoria.v1.LineOrigin\x12\x33\n\x0f\x64uplicate_lines\x18\x03 \x03(\x0b\x32\x1a.memoria.v1.DuplicateLines\"\x9b\x01\n\nLineOrigin\x12\x12\n\nline_index\x18\x01 \x01(\x05\x12\"\n\x06writer\x18\x02 \x01(\x0e\x32\x12.memoria.v1.Writer\x12,\n\x08\x61\x64\x64_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x04turn\x18\x04 \x01(\x0b\x32\x19.memoria.v1.TurnReference\"^\n\x0e\x44uplicateLines\x12\'\n\x04kind\x18\x01 \x01(\x0e\x32\x19.memoria.v1.DuplicateKind\x12\x14\n\x0cline_indexes\x18\x02 \x03(\x05\x12\r\n\x05lines\x18\x03 \x03(\t\"C\n\x18RenderMemoryBlockRequest\x12\'\n\x04turn\x18\x01 \x01(\x0b\x32\x19.memoria.v1.TurnReference\"i\n\x19RenderMemoryBlockResponse\x12\x16\n\x0eprompt_section\x18\x01 \x01(\t\x12\x0c\n\x04\x65tag\x18\x02 \x01(\t\x12\x12\n\nchar_count\x18\x03 \x01(\x05\x12\x12\n\nchar_limit\x18\x04 \x01(\x05\"\x92\x01\n\x19RewriteMemoryBlockRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\"\n\x06writer\x18\x02 \x01(\x0e\x32\x12.memoria.v1.Writer\x12\x11\n\x04\x65tag\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\'\n\x04turn\x18\x04 \x01(\x0b\x32\x19.memoria.v1.TurnReferenceB\x07\n\x05_etag\"\xbd\x01\n\x1aRewriteMemoryBlockResponse\x12-\n\x0cmemory_block\x18\x01 \x01(\x0b\x32\x17.memoria.v1.MemoryBlock\x12\x15\n\rremoved_lines\x18\x02 \x03(\t\x12\x13\n\x0b\x61\x64\x64\x65\x64_lines\x18\x03 \x03(\t\x12\x0f\n\x07\x63hanged\x18\x04 \x01(\x08\x12\x33\n\x0f\x64uplicate_lines\x18\x05 \x03(\x0b\x32\x1a.memoria.v1.DuplicateLines\"Z\n\x18\x44\x65leteMemoryBlockRequest\x12\"\n\x06writer\x18\x01 \x01(\x0e\x32\x12.memoria.v1.Writer\x12\x11\n\x04\x65tag\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\x07\n\x05_etag\"H\n\x19\x44\x65leteMemoryBlockResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x12\x1a\n\x12removed_line_count\x18\x02 \x01(\x05\"\x1a\n\x18GetMemorySettingsRequest\"I\n\x19GetMemorySettingsResponse\x12,\n\x08settings\x18\x01 \x01(\x0b\x32\x1a.memoria.v1.MemorySettings\"q\n\x1bUpdateMemorySettingsRequest\x12\x1b\n\x0ememory_enabled\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12\"\n\x06writer\x18\x02 \x01(\x0e\x32\x12.memoria.v1.WriterB\x11\n\x0f_memory_enabled\"L\n\x1cUpdateMemorySettingsResponse\x12,\n\x08settings\x18\x01 \x01(\x0b\x32\x1a.memoria.v1.MemorySettings*o\n\rDuplicateKind\x12\x1e\n\x1a\x44UPLICATE_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x44UPLICATE_KIND_REPEATED\x10\x01\x12!\n\x1d\x44UPLICATE_KIND_NEAR_DUPLICATE\x10\x02\x32\x81\x05\n\x12MemoryBlockService\x12\\\n\x0eGetMemoryBlock\x12!.memoria.v1.GetMemoryBlockRequest\x1a\".memoria.v1.GetMemoryBlockResponse\"\x03\x90\x02\x01\x12\x65\n\x11RenderMemoryBlock\x12$.memoria.v1.RenderMemoryBlockRequest\x1a%.memoria.v1.RenderMemoryBlockResponse\"\x03\x90\x02\x01\x12h\n\x12RewriteMemoryBlock\x12%.memoria.v1.RewriteMemoryBlockRequest\x1a&.memoria.v1.RewriteMemoryBlockResponse\"\x03\x90\x02\x02\x12\x65\n\x11\x44\x65leteMemoryBlock\x12$.memoria.v1.DeleteMemoryBlockRequest\x1a%.memoria.v1.DeleteMemoryBlockResponse\"\x03\x90\x02\x02\x12\x65\n\x11GetMemorySettings\x12$.memoria.v1.GetMemorySettingsRequest\x1a%.memoria.v1.GetMemorySettingsResponse\"\x03\x90\x02\x01\x12n\n\x14UpdateMemorySettings\x12\'.memoria.v1.UpdateMemorySettingsRequest\x1a(.memoria.v1.UpdateMemorySettingsResponse\"\x03\x90\x02\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%memoria/v1/memory_block_service.proto\x12\nmemoria.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dmemoria/v1/memory_block.proto\"B\n\x15GetMemoryBlockRequest\x12)\n\x04view\x18\x01 \x01(\x0e\x32\x1b.memoria.v1.MemoryBlockView\"\xaa\x01\n\x16GetMemoryBlockResponse\x12-\n\x0cmemory_block\x18\x01 \x01(\x0b\x32\x17.memoria.v1.MemoryBlock\x12,\n\x0cline_origins\x18\x02 \x03(\x0b\x32\x16.memoria.v1.LineOrigin\x12\x33\n\x0f\x64uplicate_lines\x18\x03 \x03(\x0b\x32\x1a.memoria.v1.DuplicateLines\"\x9b\x01\n\nLineOrigin\x12\x12\n\nline_index\x18\x01 \x01(\x05\x12\"\n\x06writer\x18\x02 \x01(\x0e\x32\x12.memoria.v1.Writer\x12,\n\x08\x61\x64\x64_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x04turn\x18\x04 \x01(\x0b\x32\x19.memoria.v1.TurnReference\"^\n\x0e\x44uplicateLines\x12\'\n\x04kind\x18\x01 \x01(\x0e\x32\x19.memoria.v1.DuplicateKind\x12\x14\n\x0cline_indexes\x18\x02 \x03(\x05\x12\r\n\x05lines\x18\x03 \x03(\t\"C\n\x18RenderMemoryBlockRequest\x12\'\n\x04turn\x18\x01 \x01(\x0b\x32\x19.memoria.v1.TurnReference\"i\n\x19RenderMemoryBlockResponse\x12\x16\n\x0eprompt_section\x18\x01 \x01(\t\x12\x0c\n\x04\x65tag\x18\x02 \x01(\t\x12\x12\n\nchar_count\x18\x03 \x01(\x05\x12\x12\n\nchar_limit\x18\x04 \x01(\x05\"\x92\x01\n\x19RewriteMemoryBlockRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\"\n\x06writer\x18\x02 \x01(\x0e\x32\x12.memoria.v1.Writer\x12\x11\n\x04\x65tag\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\'\n\x04turn\x18\x04 \x01(\x0b\x32\x19.memoria.v1.TurnReferenceB\x07\n\x05_etag\"\xbd\x01\n\x1aRewriteMemoryBlockResponse\x12-\n\x0cmemory_block\x18\x01 \x01(\x0b\x32\x17.memoria.v1.MemoryBlock\x12\x15\n\rremoved_lines\x18\x02 \x03(\t\x12\x13\n\x0b\x61\x64\x64\x65\x64_lines\x18\x03 \x03(\t\x12\x0f\n\x07\x63hanged\x18\x04 \x01(\x08\x12\x33\n\x0f\x64uplicate_lines\x18\x05 \x03(\x0b\x32\x1a.memoria.v1.DuplicateLines\"Z\n\x18\x44\x65leteMemoryBlockRequest\x12\"\n\x06writer\x18\x01 \x01(\x0e\x32\x12.memoria.v1.Writer\x12\x11\n\x04\x65tag\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\x07\n\x05_etag\"H\n\x19\x44\x65leteMemoryBlockResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x12\x1a\n\x12removed_line_count\x18\x02 \x01(\x05\"\x1a\n\x18GetMemorySettingsRequest\"I\n\x19GetMemorySettingsResponse\x12,\n\x08settings\x18\x01 \x01(\x0b\x32\x1a.memoria.v1.MemorySettings\"q\n\x1bUpdateMemorySettingsRequest\x12\x1b\n\x0ememory_enabled\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12\"\n\x06writer\x18\x02 \x01(\x0e\x32\x12.memoria.v1.WriterB\x11\n\x0f_memory_enabled\"L\n\x1cUpdateMemorySettingsResponse\x12,\n\x08settings\x18\x01 \x01(\x0b\x32\x1a.memoria.v1.MemorySettings*m\n\x0fMemoryBlockView\x12!\n\x1dMEMORY_BLOCK_VIEW_UNSPECIFIED\x10\x00\x12\x1b\n\x17MEMORY_BLOCK_VIEW_BASIC\x10\x01\x12\x1a\n\x16MEMORY_BLOCK_VIEW_FULL\x10\x02*o\n\rDuplicateKind\x12\x1e\n\x1a\x44UPLICATE_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x44UPLICATE_KIND_REPEATED\x10\x01\x12!\n\x1d\x44UPLICATE_KIND_NEAR_DUPLICATE\x10\x02\x32\x81\x05\n\x12MemoryBlockService\x12\\\n\x0eGetMemoryBlock\x12!.memoria.v1.GetMemoryBlockRequest\x1a\".memoria.v1.GetMemoryBlockResponse\"\x03\x90\x02\x01\x12\x65\n\x11RenderMemoryBlock\x12$.memoria.v1.RenderMemoryBlockRequest\x1a%.memoria.v1.RenderMemoryBlockResponse\"\x03\x90\x02\x01\x12h\n\x12RewriteMemoryBlock\x12%.memoria.v1.RewriteMemoryBlockRequest\x1a&.memoria.v1.RewriteMemoryBlockResponse\"\x03\x90\x02\x02\x12\x65\n\x11\x44\x65leteMemoryBlock\x12$.memoria.v1.DeleteMemoryBlockRequest\x1a%.memoria.v1.DeleteMemoryBlockResponse\"\x03\x90\x02\x02\x12\x65\n\x11GetMemorySettings\x12$.memoria.v1.GetMemorySettingsRequest\x1a%.memoria.v1.GetMemorySettingsResponse\"\x03\x90\x02\x01\x12n\n\x14UpdateMemorySettings\x12\'.memoria.v1.UpdateMemorySettingsRequest\x1a(.memoria.v1.UpdateMemorySettingsResponse\"\x03\x90\x02\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,36 +45,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MEMORYBLOCKSERVICE'].methods_by_name['GetMemorySettings']._serialized_options = b'\220\002\001'
   _globals['_MEMORYBLOCKSERVICE'].methods_by_name['UpdateMemorySettings']._loaded_options = None
   _globals['_MEMORYBLOCKSERVICE'].methods_by_name['UpdateMemorySettings']._serialized_options = b'\220\002\002'
-  _globals['_DUPLICATEKIND']._serialized_start=1548
-  _globals['_DUPLICATEKIND']._serialized_end=1659
+  _globals['_MEMORYBLOCKVIEW']._serialized_start=1591
+  _globals['_MEMORYBLOCKVIEW']._serialized_end=1700
+  _globals['_DUPLICATEKIND']._serialized_start=1702
+  _globals['_DUPLICATEKIND']._serialized_end=1813
   _globals['_GETMEMORYBLOCKREQUEST']._serialized_start=117
-  _globals['_GETMEMORYBLOCKREQUEST']._serialized_end=140
-  _globals['_GETMEMORYBLOCKRESPONSE']._serialized_start=143
-  _globals['_GETMEMORYBLOCKRESPONSE']._serialized_end=313
-  _globals['_LINEORIGIN']._serialized_start=316
-  _globals['_LINEORIGIN']._serialized_end=471
-  _globals['_DUPLICATELINES']._serialized_start=473
-  _globals['_DUPLICATELINES']._serialized_end=567
-  _globals['_RENDERMEMORYBLOCKREQUEST']._serialized_start=569
-  _globals['_RENDERMEMORYBLOCKREQUEST']._serialized_end=636
-  _globals['_RENDERMEMORYBLOCKRESPONSE']._serialized_start=638
-  _globals['_RENDERMEMORYBLOCKRESPONSE']._serialized_end=743
-  _globals['_REWRITEMEMORYBLOCKREQUEST']._serialized_start=746
-  _globals['_REWRITEMEMORYBLOCKREQUEST']._serialized_end=892
-  _globals['_REWRITEMEMORYBLOCKRESPONSE']._serialized_start=895
-  _globals['_REWRITEMEMORYBLOCKRESPONSE']._serialized_end=1084
-  _globals['_DELETEMEMORYBLOCKREQUEST']._serialized_start=1086
-  _globals['_DELETEMEMORYBLOCKREQUEST']._serialized_end=1176
-  _globals['_DELETEMEMORYBLOCKRESPONSE']._serialized_start=1178
-  _globals['_DELETEMEMORYBLOCKRESPONSE']._serialized_end=1250
-  _globals['_GETMEMORYSETTINGSREQUEST']._serialized_start=1252
-  _globals['_GETMEMORYSETTINGSREQUEST']._serialized_end=1278
-  _globals['_GETMEMORYSETTINGSRESPONSE']._serialized_start=1280
-  _globals['_GETMEMORYSETTINGSRESPONSE']._serialized_end=1353
-  _globals['_UPDATEMEMORYSETTINGSREQUEST']._serialized_start=1355
-  _globals['_UPDATEMEMORYSETTINGSREQUEST']._serialized_end=1468
-  _globals['_UPDATEMEMORYSETTINGSRESPONSE']._serialized_start=1470
-  _globals['_UPDATEMEMORYSETTINGSRESPONSE']._serialized_end=1546
-  _globals['_MEMORYBLOCKSERVICE']._serialized_start=1662
-  _globals['_MEMORYBLOCKSERVICE']._serialized_end=2303
+  _globals['_GETMEMORYBLOCKREQUEST']._serialized_end=183
+  _globals['_GETMEMORYBLOCKRESPONSE']._serialized_start=186
+  _globals['_GETMEMORYBLOCKRESPONSE']._serialized_end=356
+  _globals['_LINEORIGIN']._serialized_start=359
+  _globals['_LINEORIGIN']._serialized_end=514
+  _globals['_DUPLICATELINES']._serialized_start=516
+  _globals['_DUPLICATELINES']._serialized_end=610
+  _globals['_RENDERMEMORYBLOCKREQUEST']._serialized_start=612
+  _globals['_RENDERMEMORYBLOCKREQUEST']._serialized_end=679
+  _globals['_RENDERMEMORYBLOCKRESPONSE']._serialized_start=681
+  _globals['_RENDERMEMORYBLOCKRESPONSE']._serialized_end=786
+  _globals['_REWRITEMEMORYBLOCKREQUEST']._serialized_start=789
+  _globals['_REWRITEMEMORYBLOCKREQUEST']._serialized_end=935
+  _globals['_REWRITEMEMORYBLOCKRESPONSE']._serialized_start=938
+  _globals['_REWRITEMEMORYBLOCKRESPONSE']._serialized_end=1127
+  _globals['_DELETEMEMORYBLOCKREQUEST']._serialized_start=1129
+  _globals['_DELETEMEMORYBLOCKREQUEST']._serialized_end=1219
+  _globals['_DELETEMEMORYBLOCKRESPONSE']._serialized_start=1221
+  _globals['_DELETEMEMORYBLOCKRESPONSE']._serialized_end=1293
+  _globals['_GETMEMORYSETTINGSREQUEST']._serialized_start=1295
+  _globals['_GETMEMORYSETTINGSREQUEST']._serialized_end=1321
+  _globals['_GETMEMORYSETTINGSRESPONSE']._serialized_start=1323
+  _globals['_GETMEMORYSETTINGSRESPONSE']._serialized_end=1396
+  _globals['_UPDATEMEMORYSETTINGSREQUEST']._serialized_start=1398
+  _globals['_UPDATEMEMORYSETTINGSREQUEST']._serialized_end=1511
+  _globals['_UPDATEMEMORYSETTINGSRESPONSE']._serialized_start=1513
+  _globals['_UPDATEMEMORYSETTINGSRESPONSE']._serialized_end=1589
+  _globals['_MEMORYBLOCKSERVICE']._serialized_start=1816
+  _globals['_MEMORYBLOCKSERVICE']._serialized_end=2457
 # @@protoc_insertion_point(module_scope)

@@ -21,6 +21,38 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _MemoryBlockView:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MemoryBlockViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MemoryBlockView.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MEMORY_BLOCK_VIEW_UNSPECIFIED: _MemoryBlockView.ValueType  # 0
+    """Unset: the same as MEMORY_BLOCK_VIEW_BASIC."""
+    MEMORY_BLOCK_VIEW_BASIC: _MemoryBlockView.ValueType  # 1
+    """The block and its repeated and near-duplicate lines (computed from the
+    text alone: as cheap as reading the block).
+    """
+    MEMORY_BLOCK_VIEW_FULL: _MemoryBlockView.ValueType  # 2
+    """BASIC plus `line_origins`, derived from the caller's audit log (up to
+    2,000 events read): for a person's settings screen, not for every turn.
+    """
+
+class MemoryBlockView(_MemoryBlockView, metaclass=_MemoryBlockViewEnumTypeWrapper):
+    """MemoryBlockView says how much GetMemoryBlock returns (AIP-157)."""
+
+MEMORY_BLOCK_VIEW_UNSPECIFIED: MemoryBlockView.ValueType  # 0
+"""Unset: the same as MEMORY_BLOCK_VIEW_BASIC."""
+MEMORY_BLOCK_VIEW_BASIC: MemoryBlockView.ValueType  # 1
+"""The block and its repeated and near-duplicate lines (computed from the
+text alone: as cheap as reading the block).
+"""
+MEMORY_BLOCK_VIEW_FULL: MemoryBlockView.ValueType  # 2
+"""BASIC plus `line_origins`, derived from the caller's audit log (up to
+2,000 events read): for a person's settings screen, not for every turn.
+"""
+Global___MemoryBlockView: _TypeAlias = MemoryBlockView  # noqa: Y015
+
 class _DuplicateKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -53,16 +85,25 @@ Global___DuplicateKind: _TypeAlias = DuplicateKind  # noqa: Y015
 
 @_typing.final
 class GetMemoryBlockRequest(_message.Message):
-    """GetMemoryBlockRequest has no fields: the block is the caller's."""
+    """GetMemoryBlockRequest asks for the caller's block (there is no field naming
+    whose: the block is the caller's).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    VIEW_FIELD_NUMBER: _builtins.int
+    view: Global___MemoryBlockView.ValueType
+    """How much to return (AIP-157). Unset means MEMORY_BLOCK_VIEW_BASIC: the
+    block and its duplicate lines, without `line_origins`.
+    """
     def __init__(
         self,
+        *,
+        view: Global___MemoryBlockView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -83,8 +124,8 @@ class GetMemoryBlockResponse(_message.Message):
 
     @_builtins.property
     def line_origins(self) -> _containers.RepeatedCompositeFieldContainer[Global___LineOrigin]:
-        """Where the block's lines came from: at most one entry per line, ordered by
-        `line_index`. Derived from the audit log's rewrite events since the
+        """Where the block's lines came from (only with MEMORY_BLOCK_VIEW_FULL): at
+        most one entry per line, ordered by `line_index`. Derived from the audit log's rewrite events since the
         block's last deletion or erasure (so an origin never outlives its
         content). A line with no entry has no recorded origin (written before the
         audit kept lines, or by other means). A line longer than the audit keeps
