@@ -186,16 +186,14 @@ class MemoryBlocks:
         """The caller's block; an empty view when there is none (not an error)."""
         return self._view(self._store.read(who.tenant_id, who.principal_id).block)
 
-    def get_annotated(self, who: Identity, *, with_origins: bool = True) -> AnnotatedBlock:
-        """The caller's block with its repeated and near-duplicate lines and, with `with_origins`,
-        each line's origin (server/domain/provenance.py). Origins read up to MAX_ORIGIN_EVENTS
-        of the audit log (measured: GetMemoryBlock fell from 0.83 to 0.19 of a no-op with them
-        on every read), so only a screen that shows them asks for them."""
+    def get_annotated(self, who: Identity) -> AnnotatedBlock:
+        """The caller's block with each line's origin (server/domain/provenance.py) and its
+        repeated and near-duplicate lines, for the person's screen. Origins read up to
+        MAX_ORIGIN_EVENTS of the audit log (measured: GetMemoryBlock fell from 0.83 to 0.19 of
+        a no-op with them on every read), so a plain read (`get`) has neither."""
         view = self.get(who)
         if not view.text:
             return AnnotatedBlock(view, (), ())
-        if not with_origins:
-            return AnnotatedBlock(view, (), duplicate_groups(view.text))
         origins = line_origins(
             view.text,
             self._history(who),

@@ -48,9 +48,11 @@ class MemoryBlockServicer(pb_grpc.MemoryBlockServiceServicer):
     def GetMemoryBlock(
         self, request: pb.GetMemoryBlockRequest, context: grpc.ServicerContext
     ) -> pb.GetMemoryBlockResponse:
-        annotated = self._blocks.get_annotated(
-            current_identity(), with_origins=request.view == pb.MEMORY_BLOCK_VIEW_FULL
-        )
+        if request.view != pb.MEMORY_BLOCK_VIEW_FULL:
+            return pb.GetMemoryBlockResponse(
+                memory_block=block_message(self._blocks.get(current_identity()))
+            )
+        annotated = self._blocks.get_annotated(current_identity())
         return pb.GetMemoryBlockResponse(
             memory_block=block_message(annotated.block),
             line_origins=origin_messages(annotated.origins),

@@ -28,11 +28,10 @@ type MemoryBlockView int32
 const (
 	// Unset: the same as MEMORY_BLOCK_VIEW_BASIC.
 	MemoryBlockView_MEMORY_BLOCK_VIEW_UNSPECIFIED MemoryBlockView = 0
-	// The block and its repeated and near-duplicate lines (computed from the
-	// text alone: as cheap as reading the block).
+	// The block alone: as cheap as reading it.
 	MemoryBlockView_MEMORY_BLOCK_VIEW_BASIC MemoryBlockView = 1
-	// BASIC plus `line_origins`, derived from the caller's audit log (up to
-	// 2,000 events read): for a person's settings screen, not for every turn.
+	// The block with `line_origins` (derived from the caller's audit log, up to
+	// 2,000 events read) and `duplicate_lines`: for a person's settings screen.
 	MemoryBlockView_MEMORY_BLOCK_VIEW_FULL MemoryBlockView = 2
 )
 
@@ -137,7 +136,7 @@ func (DuplicateKind) EnumDescriptor() ([]byte, []int) {
 type GetMemoryBlockRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How much to return (AIP-157). Unset means MEMORY_BLOCK_VIEW_BASIC: the
-	// block and its duplicate lines, without `line_origins`.
+	// block alone.
 	View          MemoryBlockView `protobuf:"varint,1,opt,name=view,proto3,enum=memoria.v1.MemoryBlockView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -193,9 +192,9 @@ type GetMemoryBlockResponse struct {
 	// (200 code points) is matched by its start, and copies of a repeated line
 	// take the newest additions of that text, later copies first.
 	LineOrigins []*LineOrigin `protobuf:"bytes,2,rep,name=line_origins,json=lineOrigins,proto3" json:"line_origins,omitempty"`
-	// Lines that repeat each other or are near-duplicates, to point out to the
-	// person as a rewrite's result points them out to the model. Empty when
-	// there are none.
+	// Lines that repeat each other or are near-duplicates (only with
+	// MEMORY_BLOCK_VIEW_FULL), to point out to the person as a rewrite's result
+	// points them out to the model. Empty when there are none.
 	DuplicateLines []*DuplicateLines `protobuf:"bytes,3,rep,name=duplicate_lines,json=duplicateLines,proto3" json:"duplicate_lines,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

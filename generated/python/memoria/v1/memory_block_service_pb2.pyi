@@ -30,12 +30,10 @@ class _MemoryBlockViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Memor
     MEMORY_BLOCK_VIEW_UNSPECIFIED: _MemoryBlockView.ValueType  # 0
     """Unset: the same as MEMORY_BLOCK_VIEW_BASIC."""
     MEMORY_BLOCK_VIEW_BASIC: _MemoryBlockView.ValueType  # 1
-    """The block and its repeated and near-duplicate lines (computed from the
-    text alone: as cheap as reading the block).
-    """
+    """The block alone: as cheap as reading it."""
     MEMORY_BLOCK_VIEW_FULL: _MemoryBlockView.ValueType  # 2
-    """BASIC plus `line_origins`, derived from the caller's audit log (up to
-    2,000 events read): for a person's settings screen, not for every turn.
+    """The block with `line_origins` (derived from the caller's audit log, up to
+    2,000 events read) and `duplicate_lines`: for a person's settings screen.
     """
 
 class MemoryBlockView(_MemoryBlockView, metaclass=_MemoryBlockViewEnumTypeWrapper):
@@ -44,12 +42,10 @@ class MemoryBlockView(_MemoryBlockView, metaclass=_MemoryBlockViewEnumTypeWrappe
 MEMORY_BLOCK_VIEW_UNSPECIFIED: MemoryBlockView.ValueType  # 0
 """Unset: the same as MEMORY_BLOCK_VIEW_BASIC."""
 MEMORY_BLOCK_VIEW_BASIC: MemoryBlockView.ValueType  # 1
-"""The block and its repeated and near-duplicate lines (computed from the
-text alone: as cheap as reading the block).
-"""
+"""The block alone: as cheap as reading it."""
 MEMORY_BLOCK_VIEW_FULL: MemoryBlockView.ValueType  # 2
-"""BASIC plus `line_origins`, derived from the caller's audit log (up to
-2,000 events read): for a person's settings screen, not for every turn.
+"""The block with `line_origins` (derived from the caller's audit log, up to
+2,000 events read) and `duplicate_lines`: for a person's settings screen.
 """
 Global___MemoryBlockView: _TypeAlias = MemoryBlockView  # noqa: Y015
 
@@ -94,7 +90,7 @@ class GetMemoryBlockRequest(_message.Message):
     VIEW_FIELD_NUMBER: _builtins.int
     view: Global___MemoryBlockView.ValueType
     """How much to return (AIP-157). Unset means MEMORY_BLOCK_VIEW_BASIC: the
-    block and its duplicate lines, without `line_origins`.
+    block alone.
     """
     def __init__(
         self,
@@ -135,9 +131,9 @@ class GetMemoryBlockResponse(_message.Message):
 
     @_builtins.property
     def duplicate_lines(self) -> _containers.RepeatedCompositeFieldContainer[Global___DuplicateLines]:
-        """Lines that repeat each other or are near-duplicates, to point out to the
-        person as a rewrite's result points them out to the model. Empty when
-        there are none.
+        """Lines that repeat each other or are near-duplicates (only with
+        MEMORY_BLOCK_VIEW_FULL), to point out to the person as a rewrite's result
+        points them out to the model. Empty when there are none.
         """
 
     def __init__(

@@ -25,7 +25,7 @@ export const file_memoria_v1_memory_block_service: GenFile = /*@__PURE__*/
 export type GetMemoryBlockRequest = Message<"memoria.v1.GetMemoryBlockRequest"> & {
   /**
    * How much to return (AIP-157). Unset means MEMORY_BLOCK_VIEW_BASIC: the
-   * block and its duplicate lines, without `line_origins`.
+   * block alone.
    *
    * @generated from field: memoria.v1.MemoryBlockView view = 1;
    */
@@ -66,9 +66,9 @@ export type GetMemoryBlockResponse = Message<"memoria.v1.GetMemoryBlockResponse"
   lineOrigins: LineOrigin[];
 
   /**
-   * Lines that repeat each other or are near-duplicates, to point out to the
-   * person as a rewrite's result points them out to the model. Empty when
-   * there are none.
+   * Lines that repeat each other or are near-duplicates (only with
+   * MEMORY_BLOCK_VIEW_FULL), to point out to the person as a rewrite's result
+   * points them out to the model. Empty when there are none.
    *
    * @generated from field: repeated memoria.v1.DuplicateLines duplicate_lines = 3;
    */
@@ -503,16 +503,15 @@ export enum MemoryBlockView {
   UNSPECIFIED = 0,
 
   /**
-   * The block and its repeated and near-duplicate lines (computed from the
-   * text alone: as cheap as reading the block).
+   * The block alone: as cheap as reading it.
    *
    * @generated from enum value: MEMORY_BLOCK_VIEW_BASIC = 1;
    */
   BASIC = 1,
 
   /**
-   * BASIC plus `line_origins`, derived from the caller's audit log (up to
-   * 2,000 events read): for a person's settings screen, not for every turn.
+   * The block with `line_origins` (derived from the caller's audit log, up to
+   * 2,000 events read) and `duplicate_lines`: for a person's settings screen.
    *
    * @generated from enum value: MEMORY_BLOCK_VIEW_FULL = 2;
    */
