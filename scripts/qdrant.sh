@@ -22,11 +22,13 @@
 #   qdrant.pid           its process id and REST port, while it runs
 #   .lock                serialises concurrent `start`/`stop` calls
 #
-# Ports: REST on MEMORIA_TEST_QDRANT_PORT; by default 56500 plus twice a number derived from the
+# Ports: REST on MEMORIA_TEST_QDRANT_PORT; by default 26500 plus twice a number derived from the
 # checkout's path (0-999), so two checkouts on one machine each get their own server and a
-# repeated run in one checkout finds its server again (PostgreSQL's, scripts/pg.sh, are below
-# 56500). gRPC on the next port, which is what Memoria assumes for a URL with a port (the URL's
-# port + 1), so MEMORIA_QDRANT_URL alone is enough. The server listens on 127.0.0.1 only.
+# repeated run in one checkout finds its server again. Below the kernel's ephemeral range
+# (32768-60999 on Linux): a port there can be held, at any moment, by an outgoing connection of
+# some other program, and the server would then fail to bind. gRPC on the next port, which is
+# what Memoria assumes for a URL with a port (the URL's port + 1), so MEMORIA_QDRANT_URL alone is
+# enough. The server listens on 127.0.0.1 only.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
@@ -35,7 +37,7 @@ readonly SCRIPT_DIR REPO_ROOT
 default_port() {
     local sum
     sum=$(printf '%s' "$REPO_ROOT" | cksum | cut -d' ' -f1)
-    echo $((56500 + 2 * (sum % 1000)))
+    echo $((26500 + 2 * (sum % 1000)))
 }
 PORT="${MEMORIA_TEST_QDRANT_PORT:-$(default_port)}"
 BINARY="${MEMORIA_TEST_QDRANT_BIN:-$(dirname -- "$REPO_ROOT")/shared/qdrant/qdrant}"

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -55,6 +57,25 @@ class QdrantEndpoint:
     def env(self) -> dict[str, str]:
         """The MEMORIA_* settings that point a `memoria` process at this server."""
         return {"MEMORIA_QDRANT_URL": self.url, "MEMORIA_QDRANT_GRPC_PORT": str(self.grpc_port)}
+
+
+def free_port_pair() -> int:
+    """A loopback port P with P + 1 free too (Qdrant's REST and gRPC ports; it refuses 0),
+    below the kernel's ephemeral range: a port from that range can be taken, between this
+    probe and the server's bind, by any outgoing connection of the suite."""
+    ephemeral_low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(10000, ephemeral_low - 1)
+        with socket.socket() as rest, socket.socket() as grpc_port:
+            try:
+                rest.bind(("127.0.0.1", port))
+                grpc_port.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no two consecutive free ports on loopback")
 
 
 def qdrant_binary() -> Path | None:

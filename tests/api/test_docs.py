@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 
 from tests.processes import MEMORIA, ROOT, clean_env, wait_for_port
+from tests.qdrant_server import free_port_pair
 
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = {"sh", "python"}
@@ -401,7 +402,12 @@ def test_runnable_blocks_run_as_written(
 ) -> None:
     runnable = _runnable(path)
     addresses = documented_server()
-    env = clean_env()
+    # scripts/qdrant.sh's server of this run: a directory and ports of its own, not the
+    # checkout's .qdrant/ (the reader's own server may be running there).
+    env = clean_env(
+        MEMORIA_TEST_QDRANT_DIR=str(workdir.parent / "qdrant"),
+        MEMORIA_TEST_QDRANT_PORT=str(free_port_pair()),
+    )
     failures: list[str] = []
     servers: list[tuple[Block, subprocess.Popen[bytes], Path]] = []
 

@@ -7,7 +7,6 @@ turn, and `stop` stops it. The script's directory and port are the test's own
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,25 +19,11 @@ from memoria.v1 import conversation_search_service_pb2 as pb
 from memoria.v1 import conversation_search_service_pb2_grpc as pb_grpc
 from tests.conftest import REQUIRE_QDRANT
 from tests.processes import MEMORIA, ROOT, clean_env, wait_for_port
-from tests.qdrant_server import qdrant_binary
+from tests.qdrant_server import free_port_pair, qdrant_binary
 
 pytestmark = pytest.mark.qdrant
 SCRIPT = ROOT / "scripts" / "qdrant.sh"
 START_TIMEOUT_S = 60.0
-
-
-def _free_pair() -> int:
-    """A loopback port P with P + 1 free too (Qdrant's REST and gRPC ports; it refuses 0)."""
-    for _ in range(50):
-        with socket.socket() as rest, socket.socket() as grpc_port:
-            rest.bind(("127.0.0.1", 0))
-            port: int = rest.getsockname()[1]
-            try:
-                grpc_port.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no two consecutive free ports on loopback")
 
 
 @pytest.fixture
@@ -55,7 +40,7 @@ def script_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     env |= {
         "MEMORIA_TEST_QDRANT_BIN": str(binary),
         "MEMORIA_TEST_QDRANT_DIR": str(tmp_path / "qdrant"),
-        "MEMORIA_TEST_QDRANT_PORT": str(_free_pair()),
+        "MEMORIA_TEST_QDRANT_PORT": str(free_port_pair()),
     }
     try:
         yield env
