@@ -26,8 +26,10 @@ from server.domain.model import (
     ChunkPlace,
     ClaimedTurn,
     ConversationPurge,
+    ConversationSummary,
     EncodedQuery,
     IndexedChunk,
+    ListCursor,
     NewAuditEvent,
     NewTurn,
     Owner,
@@ -469,6 +471,7 @@ class _QueuedTurn:
     attempts: int = 0
     status: str = PENDING
     last_error: str | None = None
+    question_opening: str = ""
 
     def claimed(self) -> ClaimedTurn:
         text = None if self.status == INDEXED else self.text
@@ -565,6 +568,68 @@ class InMemoryTurnStore:
                     and r.row_id > after_row_id
                 ),
                 key=lambda r: r.row_id,
+            )[:limit]
+        return [
+            StoredTurn(
+                row_id=r.row_id,
+                conversation_id=r.key.conversation_id,
+                turn_id=r.key.turn_id,
+                turn_time=r.turn_time,
+                text=None if r.status == INDEXED else r.text,
+                indexed=r.status == INDEXED,
+            )
+            for r in rows
+        ]
+
+    def list_conversations(
+        self, tenant_id: str, principal_id: str, after: ListCursor | None, limit: int
+    ) -> list[ConversationSummary]:
+        with self.lock:
+            mine = [
+                r
+                for r in self.rows.values()
+                if (r.key.tenant_id, r.key.principal_id) == (tenant_id, principal_id)
+            ]
+        by_conversation: dict[str, list[_QueuedTurn]] = {}
+        for r in mine:
+            by_conversation.setdefault(r.key.conversation_id, []).append(r)
+        listed = []
+        for conversation, turns in by_conversation.items():
+            first = min(turns, key=lambda r: (r.turn_time, r.row_id))
+            cursor = ListCursor(max(r.turn_time for r in turns), max(r.row_id for r in turns))
+            if after is not None and (cursor.time, cursor.row_id) >= (after.time, after.row_id):
+                continue
+            listed.append(
+                ConversationSummary(
+                    conversation_id=conversation,
+                    first_turn_time=first.turn_time,
+                    last_turn_time=cursor.time,
+                    turn_count=len(turns),
+                    first_question_opening=first.question_opening,
+                    cursor=cursor,
+                )
+            )
+        listed.sort(key=lambda c: (c.cursor.time, c.cursor.row_id), reverse=True)
+        return listed[:limit]
+
+    def list_conversation_turns(
+        self,
+        tenant_id: str,
+        principal_id: str,
+        conversation_id: str,
+        after: ListCursor | None,
+        limit: int,
+    ) -> list[StoredTurn]:
+        with self.lock:
+            rows = sorted(
+                (
+                    r
+                    for r in self.rows.values()
+                    if (r.key.tenant_id, r.key.principal_id, r.key.conversation_id)
+                    == (tenant_id, principal_id, conversation_id)
+                    and (after is None or (r.turn_time, r.row_id) > (after.time, after.row_id))
+                ),
+                key=lambda r: (r.turn_time, r.row_id),
             )[:limit]
         return [
             StoredTurn(
@@ -735,6 +800,7 @@ class _TurnRows:
             turn_time=turn.turn_time,
             accept_time=turn.accept_time,
             due_time=turn.accept_time,
+            question_opening=turn.question_opening,
         )
 
     def delete_conversation(self, conversation_id: str) -> int:

@@ -20,13 +20,21 @@ Rules:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from server.domain.audit import PageTokens
 from server.domain.errors import FieldViolation, invalid
 from server.domain.memory import BlockView, MemoryBlocks, SettingsView
-from server.domain.model import AuditAction, AuditEvent, AuditQuery, Identity, Tombstone
+from server.domain.model import (
+    AuditAction,
+    AuditEvent,
+    AuditQuery,
+    Identity,
+    StoredTurn,
+    Tombstone,
+)
 from server.domain.ports import ChunkTexts, MemoryStore, TurnStore
 
 DEFAULT_PAGE_SIZE = 100
@@ -46,6 +54,26 @@ class ExportedTurn:
     turn_time: datetime
     text: str
     indexed: bool
+
+
+def held_turns(index: ChunkTexts, who: Identity, rows: Sequence[StoredTurn]) -> list[ExportedTurn]:
+    """The caller's `rows` with the text held for each: the queue's until the turn is indexed,
+    then its chunks (one read of the index for all). A turn indexed but without chunks (they
+    were removed meanwhile) holds nothing and is left out. The export and
+    ListConversationTurns (server/domain/listing.py) read turns through this."""
+    indexed = [(r.conversation_id, r.turn_id) for r in rows if r.indexed]
+    chunks = index.turn_chunks(who.tenant_id, who.principal_id, indexed) if indexed else {}
+    out: list[ExportedTurn] = []
+    for row in rows:
+        text = row.text
+        if row.indexed:
+            held = chunks.get((row.conversation_id, row.turn_id))
+            text = "".join(held) if held is not None else None
+        if text is not None:
+            out.append(
+                ExportedTurn(row.conversation_id, row.turn_id, row.turn_time, text, row.indexed)
+            )
+    return out
 
 
 ExportItem = SettingsView | BlockView | AuditEvent | ExportedTurn | Tombstone
@@ -139,20 +167,7 @@ class Exporter:
         """Accepted turns by row id above `after`; an indexed turn's text is its chunks."""
         rows = self._turns.list_turns(who.tenant_id, who.principal_id, after, room + 1)
         page = rows[:room]
-        indexed = [(r.conversation_id, r.turn_id) for r in page if r.indexed]
-        chunks = (
-            self._index.turn_chunks(who.tenant_id, who.principal_id, indexed) if indexed else {}
-        )
-        for row in page:
-            text = row.text
-            if row.indexed:
-                held = chunks.get((row.conversation_id, row.turn_id))
-                text = "".join(held) if held is not None else None
-            if text is None:
-                continue  # indexed but no chunk found (removed meanwhile): nothing is held
-            out.append(
-                ExportedTurn(row.conversation_id, row.turn_id, row.turn_time, text, row.indexed)
-            )
+        out.extend(held_turns(self._index, who, page))
         if len(rows) > room:
             return _TURNS, page[-1].row_id
         return _TOMBSTONES, 0

@@ -26,6 +26,7 @@ from server.domain.errors import (
 )
 from server.domain.ids import id_violations
 from server.domain.indexing import Indexer
+from server.domain.listing import question_opening
 from server.domain.model import AcceptOutcome, Identity, NewTurn, TurnKey
 from server.domain.ports import Clock, UnitsOfWork
 from server.domain.secrets import SecretDetector, redact_secrets
@@ -102,7 +103,13 @@ class TurnIntake:
         indexed_text = chunked.indexed_text
         outcome = accept_turn(
             self.units,
-            NewTurn(key=key, text=indexed_text, turn_time=turn_time, accept_time=self.clock()),
+            NewTurn(
+                key=key,
+                text=indexed_text,
+                turn_time=turn_time,
+                accept_time=self.clock(),
+                question_opening=question_opening(self.secrets, question),
+            ),
         )
         if outcome is AcceptOutcome.CONVERSATION_DELETED:
             raise MemoriaError(

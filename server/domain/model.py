@@ -292,6 +292,9 @@ class NewTurn:
     text: str
     turn_time: datetime
     accept_time: datetime
+    question_opening: str = ""
+    """The opening of the question (server/domain/listing.py), kept after the turn is
+    indexed: what lists the conversation without reading its text."""
 
 
 @dataclass(frozen=True)
@@ -391,6 +394,28 @@ class StoredTurn:
     turn_time: datetime
     text: str | None
     indexed: bool
+
+
+@dataclass(frozen=True)
+class ListCursor:
+    """Where a keyset listing continues: after the row of this time and row id (in the
+    listing's order). Row ids are unique, so the pair orders rows totally."""
+
+    time: datetime
+    row_id: int
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    """One conversation of a principal as ListConversations lists it. `cursor` is its place
+    in the listing: its last turn time and the highest row id of its turns."""
+
+    conversation_id: str
+    first_turn_time: datetime
+    last_turn_time: datetime
+    turn_count: int
+    first_question_opening: str
+    cursor: ListCursor
 
 
 @dataclass(frozen=True)

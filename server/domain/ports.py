@@ -15,8 +15,10 @@ from server.domain.model import (
     ChunkPlace,
     ClaimedTurn,
     ConversationPurge,
+    ConversationSummary,
     EncodedQuery,
     IndexedChunk,
+    ListCursor,
     NewAuditEvent,
     NewTurn,
     Owner,
@@ -271,6 +273,31 @@ class TurnStore(Protocol):
     ) -> list[Tombstone]:
         """Up to `limit` of the principal's deleted conversations from `offset`, ordered by
         conversation id (for the export)."""
+        ...
+
+
+class ConversationListing(Protocol):
+    """A principal's conversations and one conversation's turns, read from the accepted turns
+    (server/domain/listing.py): keyset pages, so a principal with thousands of turns is listed
+    from an index, page by page."""
+
+    def list_conversations(
+        self, tenant_id: str, principal_id: str, after: ListCursor | None, limit: int
+    ) -> list[ConversationSummary]:
+        """Up to `limit` of the principal's conversations that have turns, by last turn time
+        then highest row id, both descending, from below `after` (None: from the newest)."""
+        ...
+
+    def list_conversation_turns(
+        self,
+        tenant_id: str,
+        principal_id: str,
+        conversation_id: str,
+        after: ListCursor | None,
+        limit: int,
+    ) -> list[StoredTurn]:
+        """Up to `limit` of the conversation's turns by turn time then row id, ascending, from
+        above `after` (None: from the first)."""
         ...
 
 

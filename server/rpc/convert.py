@@ -18,7 +18,15 @@ from server.domain.export import ExportedTurn, ExportItem
 from server.domain.inspection import Inspection
 from server.domain.intake import IndexTurnResult, TurnOutcome
 from server.domain.memory import BlockView, SettingsView
-from server.domain.model import AuditAction, AuditEvent, SearchHit, Tombstone, TurnRef, Writer
+from server.domain.model import (
+    AuditAction,
+    AuditEvent,
+    ConversationSummary,
+    SearchHit,
+    Tombstone,
+    TurnRef,
+    Writer,
+)
 from server.domain.provenance import LineOrigin
 
 _WRITERS: dict[block_pb.Writer.ValueType, Writer] = {
@@ -244,6 +252,28 @@ def inspection_message(view: Inspection) -> search_pb.TurnInspection:
     )
 
 
+def exported_turn_message(turn: ExportedTurn) -> search_pb.ExportedTurn:
+    """One turn with the text held for it (the export, ListConversationTurns)."""
+    return search_pb.ExportedTurn(
+        conversation_id=turn.conversation_id,
+        turn_id=turn.turn_id,
+        turn_time=timestamp(turn.turn_time),
+        text=turn.text,
+        indexed=turn.indexed,
+    )
+
+
+def conversation_message(summary: ConversationSummary) -> search_pb.Conversation:
+    """One conversation of ListConversations."""
+    return search_pb.Conversation(
+        conversation_id=summary.conversation_id,
+        first_turn_time=timestamp(summary.first_turn_time),
+        last_turn_time=timestamp(summary.last_turn_time),
+        turn_count=summary.turn_count,
+        first_question_opening=summary.first_question_opening,
+    )
+
+
 def export_record_message(item: ExportItem) -> search_pb.ExportRecord:
     """One export record: exactly one field of the oneof set."""
     if isinstance(item, SettingsView):
@@ -253,15 +283,7 @@ def export_record_message(item: ExportItem) -> search_pb.ExportRecord:
     if isinstance(item, AuditEvent):
         return search_pb.ExportRecord(audit_event=audit_event_message(item))
     if isinstance(item, ExportedTurn):
-        return search_pb.ExportRecord(
-            turn=search_pb.ExportedTurn(
-                conversation_id=item.conversation_id,
-                turn_id=item.turn_id,
-                turn_time=timestamp(item.turn_time),
-                text=item.text,
-                indexed=item.indexed,
-            )
-        )
+        return search_pb.ExportRecord(turn=exported_turn_message(item))
     tombstone: Tombstone = item
     return search_pb.ExportRecord(
         deleted_conversation=search_pb.DeletedConversation(

@@ -18,6 +18,7 @@ from server.domain.audit import AuditLog
 from server.domain.export import Exporter
 from server.domain.inspection import TurnInspector
 from server.domain.intake import TurnIntake
+from server.domain.listing import ConversationList
 from server.domain.memory import MemoryBlocks
 from server.domain.removal import ConversationRemoval
 from server.domain.search import ConversationSearch
@@ -25,8 +26,10 @@ from server.rpc.convert import (
     audit_event_message,
     audit_request,
     block_message,
+    conversation_message,
     duplicate_messages,
     export_record_message,
+    exported_turn_message,
     index_turn_response,
     inspection_message,
     origin_messages,
@@ -137,12 +140,14 @@ class ConversationSearchServicer(search_grpc.ConversationSearchServiceServicer):
         removal: ConversationRemoval,
         inspector: TurnInspector,
         exporter: Exporter,
+        listing: ConversationList,
     ) -> None:
         self._intake = intake
         self._search = search
         self._removal = removal
         self._inspector = inspector
         self._exporter = exporter
+        self._listing = listing
 
     def IndexTurn(
         self, request: search_pb.IndexTurnRequest, context: grpc.ServicerContext
@@ -194,5 +199,27 @@ class ConversationSearchServicer(search_grpc.ConversationSearchServiceServicer):
         page = self._exporter.page(current_identity(), request.page_size, request.page_token)
         return search_pb.ExportPrincipalDataResponse(
             records=[export_record_message(r) for r in page.records],
+            next_page_token=page.next_page_token,
+        )
+
+    def ListConversations(
+        self, request: search_pb.ListConversationsRequest, context: grpc.ServicerContext
+    ) -> search_pb.ListConversationsResponse:
+        page = self._listing.conversations(
+            current_identity(), request.page_size, request.page_token
+        )
+        return search_pb.ListConversationsResponse(
+            conversations=[conversation_message(c) for c in page.conversations],
+            next_page_token=page.next_page_token,
+        )
+
+    def ListConversationTurns(
+        self, request: search_pb.ListConversationTurnsRequest, context: grpc.ServicerContext
+    ) -> search_pb.ListConversationTurnsResponse:
+        page = self._listing.turns(
+            current_identity(), request.conversation_id, request.page_size, request.page_token
+        )
+        return search_pb.ListConversationTurnsResponse(
+            turns=[exported_turn_message(t) for t in page.turns],
             next_page_token=page.next_page_token,
         )

@@ -15,6 +15,7 @@ from server.domain.model import (
     AcceptOutcome,
     AuditAction,
     AuditQuery,
+    ListCursor,
     NewAuditEvent,
     NewTurn,
     StoredBlock,
@@ -223,3 +224,99 @@ def test_postgres_claims_skip_each_others_turns_across_tenants(
     assert first_keys == mine
     # ... and a second claimer never gets a turn the first one holds.
     assert second_keys == set()
+
+
+# --- Listing conversations and their turns (ConversationListing) ---------------------------
+
+
+def offer(turns: Operations, k: TurnKey, when: datetime, opening: str = "") -> None:
+    """Accept a turn of time `when` whose question opens with `opening`."""
+    turn = NewTurn(k, f"{opening}\n\nanswer", when, T0, question_opening=opening)
+    assert turns.accept_turn(turn) is AcceptOutcome.ACCEPTED
+
+
+def listed(turns: Operations, tenant: str, principal: str = "ana") -> list[tuple[str, int]]:
+    """The principal's conversations (id, turn count), newest first, read one at a time."""
+    out: list[tuple[str, int]] = []
+    after = None
+    while page := turns.list_conversations(tenant, principal, after, 1):
+        out += [(c.conversation_id, c.turn_count) for c in page]
+        after = page[-1].cursor
+    return out
+
+
+def test_conversations_newest_first_with_their_first_question(
+    turns: Operations, tenant: str
+) -> None:
+    h = timedelta(hours=1)
+    offer(turns, key(tenant, conversation="old", turn="2"), T0 + 2 * h, "later question")
+    offer(turns, key(tenant, conversation="old", turn="1"), T0, "first question")
+    offer(turns, key(tenant, conversation="new", turn="1"), T0 + 5 * h, "newest")
+    offer(turns, key(tenant, conversation="mid", turn="1"), T0 + 3 * h, "in between")
+    # Two conversations whose last turns share a time: a fixed order, the same on every page.
+    offer(turns, key(tenant, conversation="tie-a", turn="1"), T0 + h, "tie a")
+    offer(turns, key(tenant, conversation="tie-b", turn="1"), T0 + h, "tie b")
+    whole = turns.list_conversations(tenant, "ana", None, 100)
+    assert [c.conversation_id for c in whole] == ["new", "mid", "old", "tie-b", "tie-a"]
+    old = whole[2]
+    assert (old.first_turn_time, old.last_turn_time, old.turn_count) == (T0, T0 + 2 * h, 2)
+    assert old.first_question_opening == "first question"
+    assert [c.first_question_opening for c in whole] == [
+        "newest",
+        "in between",
+        "first question",
+        "tie b",
+        "tie a",
+    ]
+    # Paging by the cursor of the last row gives the same list, one at a time and by two.
+    assert listed(turns, tenant) == [(c.conversation_id, c.turn_count) for c in whole]
+    first_two = turns.list_conversations(tenant, "ana", None, 2)
+    rest = turns.list_conversations(tenant, "ana", first_two[-1].cursor, 100)
+    assert [c.conversation_id for c in first_two + rest] == [c.conversation_id for c in whole]
+    assert turns.list_conversations(tenant, "ana", whole[-1].cursor, 100) == []
+
+
+def test_conversation_turns_oldest_first_with_their_text(turns: Operations, tenant: str) -> None:
+    offer(turns, key(tenant, turn="b"), T0 + timedelta(minutes=1), "second")
+    offer(turns, key(tenant, turn="a"), T0, "first")
+    offer(turns, key(tenant, turn="c"), T0 + timedelta(minutes=1), "third")  # same time as b
+    offer(turns, key(tenant, conversation="other"), T0, "elsewhere")
+    with turns.claim(10, LATER, only=key(tenant, turn="a")) as batch:
+        batch.indexed(batch.turns[0])
+    whole = turns.list_conversation_turns(tenant, "ana", "c1", None, 100)
+    assert [(t.turn_id, t.indexed, t.text) for t in whole] == [
+        ("a", True, None),  # indexed: its text is in the chunk index now
+        ("b", False, "second\n\nanswer"),
+        ("c", False, "third\n\nanswer"),
+    ]
+    after = turns.list_conversation_turns(tenant, "ana", "c1", None, 2)
+    assert [t.turn_id for t in after] == ["a", "b"]
+    cursor = ListCursor(after[-1].turn_time, after[-1].row_id)
+    assert [t.turn_id for t in turns.list_conversation_turns(tenant, "ana", "c1", cursor, 9)] == [
+        "c"
+    ]
+    assert turns.list_conversation_turns(tenant, "bob", "c1", None, 100) == []
+    assert turns.list_conversation_turns(tenant, "ana", "unknown", None, 100) == []
+
+
+def test_listing_is_the_principals_own_and_forgets_deleted_and_erased(
+    turns: Operations, tenant: str
+) -> None:
+    other_tenant = tenant + "-x"
+    offer(turns, key(tenant, conversation="kept"), T0, "kept")
+    offer(turns, key(tenant, conversation="queued"), T0, "still queued")  # never indexed
+    offer(turns, key(tenant, principal="bob", conversation="bobs"), T0, "bob's")
+    offer(turns, key(other_tenant, conversation="theirs"), T0, "another tenant's")
+    assert listed(turns, tenant) == [("queued", 1), ("kept", 1)]
+    assert listed(turns, tenant, "bob") == [("bobs", 1)]
+    assert listed(turns, other_tenant) == [("theirs", 1)]
+    turns.delete_conversation(
+        tenant, "ana", "queued", event("ana", AuditAction.CONVERSATION_DELETED, "queued")
+    )
+    assert listed(turns, tenant) == [("kept", 1)]
+    assert turns.list_conversation_turns(tenant, "ana", "queued", None, 10) == []
+    turns.erase_principal(
+        tenant, "ana", event("ana", AuditAction.PRINCIPAL_DATA_ERASED), lambda: None
+    )
+    assert listed(turns, tenant) == []
+    assert listed(turns, tenant, "bob") == [("bobs", 1)]

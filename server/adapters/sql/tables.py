@@ -102,8 +102,20 @@ conversation_turns = Table(
     Column("due_time", DateTime(timezone=True), nullable=False),
     Column("attempts", Integer, nullable=False),
     Column("last_error", String(200), nullable=True),
+    # The opening of the question, kept after indexing: ListConversations' titles (0012).
+    Column("question_opening", Text, nullable=False, server_default=""),
     UniqueConstraint(
         "tenant_id", "principal_id", "conversation_id", "turn_id", name="conversation_turns_key"
+    ),
+    # ListConversations and ListConversationTurns read a principal's turns from this index
+    # alone: grouped by conversation, and one conversation's in time order (0012).
+    Index(
+        "conversation_turns_conversation_idx",
+        "tenant_id",
+        "principal_id",
+        "conversation_id",
+        "turn_time",
+        "turn_row_id",
     ),
     Index(
         "conversation_turns_due_idx",
@@ -112,7 +124,8 @@ conversation_turns = Table(
         sqlite_where=text("status = 'pending'"),
     ),
 )
-"""The turn queue (outbox): a turn's text waits here until it is indexed, then is dropped."""
+"""The turn queue (outbox): a turn's text waits here until it is indexed, then is dropped;
+the row (its ids, time and question's opening) stays until the conversation is deleted."""
 
 conversation_tombstones = Table(
     "conversation_tombstones",

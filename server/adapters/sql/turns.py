@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select, text, update
+from sqlalchemy import Connection, and_, func, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from server.adapters.sql.cache import ExactCache
@@ -33,6 +33,8 @@ from server.adapters.sql.tables import conversation_tombstones, conversation_tur
 from server.domain.model import (
     ClaimedTurn,
     ConversationPurge,
+    ConversationSummary,
+    ListCursor,
     StoredTurn,
     Tombstone,
     TurnKey,
@@ -84,6 +86,7 @@ def _upsert_turn(dialect: Any) -> Any:
             "due_time": stmt.excluded.due_time,
             "attempts": 0,
             "last_error": None,
+            "question_opening": stmt.excluded.question_opening,
         },
     )
 
@@ -98,7 +101,7 @@ def upsert_turn_statement(dialect_name: str) -> Any:
 
 
 class SqlTurnStore:
-    """`TurnStore` on the database the memory blocks are in."""
+    """`TurnStore` and `ConversationListing` on the database the memory blocks are in."""
 
     def __init__(self, db: SqlDatabase, *, deleted_cache_entries: int = 50_000) -> None:
         self._db = db
@@ -218,18 +221,90 @@ class SqlTurnStore:
             .limit(limit)
         )
         with self._db.transaction(tenant_id) as tx:
+            return _stored(tx.connection.execute(stmt).all())
+
+    def list_conversations(
+        self, tenant_id: str, principal_id: str, after: ListCursor | None, limit: int
+    ) -> list[ConversationSummary]:
+        """See `ConversationListing.list_conversations`: one grouping of the principal's rows
+        over conversation_turns_conversation_idx, the page's openings one index probe each."""
+        last_time = func.max(_t.c.turn_time)
+        last_row = func.max(_t.c.turn_row_id)
+        grouped = (
+            select(
+                _t.c.conversation_id,
+                func.min(_t.c.turn_time).label("first_time"),
+                last_time.label("last_time"),
+                func.count().label("turn_count"),
+                last_row.label("last_row"),
+            )
+            .where(_t.c.tenant_id == tenant_id, _t.c.principal_id == principal_id)
+            .group_by(_t.c.conversation_id)
+        )
+        if after is not None:
+            grouped = grouped.having(
+                or_(
+                    last_time < after.time,
+                    and_(last_time == after.time, last_row < after.row_id),
+                )
+            )
+        page = grouped.order_by(last_time.desc(), last_row.desc()).limit(limit).subquery("page")
+        first = _t.alias("first")
+        opening = (
+            select(first.c.question_opening)
+            .where(
+                first.c.tenant_id == tenant_id,
+                first.c.principal_id == principal_id,
+                first.c.conversation_id == page.c.conversation_id,
+            )
+            .order_by(first.c.turn_time, first.c.turn_row_id)
+            .limit(1)
+            .scalar_subquery()
+        )
+        stmt = select(page, opening).order_by(page.c.last_time.desc(), page.c.last_row.desc())
+        with self._db.transaction(tenant_id) as tx:
             rows = tx.connection.execute(stmt).all()
         return [
-            StoredTurn(
-                row_id=row_id,
+            ConversationSummary(
                 conversation_id=conversation,
-                turn_id=turn,
-                turn_time=as_utc(when),
-                text=None if status == INDEXED else body,
-                indexed=status == INDEXED,
+                first_turn_time=as_utc(first_time),
+                last_turn_time=as_utc(last),
+                turn_count=int(count),
+                first_question_opening=text_ or "",
+                cursor=ListCursor(as_utc(last), int(row)),
             )
-            for row_id, conversation, turn, when, body, status in rows
+            for conversation, first_time, last, count, row, text_ in rows
         ]
+
+    def list_conversation_turns(
+        self,
+        tenant_id: str,
+        principal_id: str,
+        conversation_id: str,
+        after: ListCursor | None,
+        limit: int,
+    ) -> list[StoredTurn]:
+        """See `ConversationListing.list_conversation_turns` (one range of the index)."""
+        stmt = (
+            select(_t.c.turn_row_id, _t.c.conversation_id, _t.c.turn_id, _t.c.turn_time)
+            .add_columns(_t.c.text, _t.c.status)
+            .where(
+                _t.c.tenant_id == tenant_id,
+                _t.c.principal_id == principal_id,
+                _t.c.conversation_id == conversation_id,
+            )
+            .order_by(_t.c.turn_time, _t.c.turn_row_id)
+            .limit(limit)
+        )
+        if after is not None:
+            stmt = stmt.where(
+                or_(
+                    _t.c.turn_time > after.time,
+                    and_(_t.c.turn_time == after.time, _t.c.turn_row_id > after.row_id),
+                )
+            )
+        with self._db.transaction(tenant_id) as tx:
+            return _stored(tx.connection.execute(stmt).all())
 
     def list_tombstones(
         self, tenant_id: str, principal_id: str, offset: int, limit: int
@@ -285,6 +360,21 @@ class _Batch:
         self._conn.execution_options(**{WRITE_OPTION: True})  # BEGIN IMMEDIATE
         with self._conn.begin():
             self._conn.execute(stmt)
+
+
+def _stored(rows: Sequence[Any]) -> list[StoredTurn]:
+    """Rows of (row id, conversation, turn, time, text, status) as the export reads them."""
+    return [
+        StoredTurn(
+            row_id=row_id,
+            conversation_id=conversation,
+            turn_id=turn,
+            turn_time=as_utc(when),
+            text=None if status == INDEXED else body,
+            indexed=status == INDEXED,
+        )
+        for row_id, conversation, turn, when, body, status in rows
+    ]
 
 
 def _mark_purged(conn: Connection, purges: list[ConversationPurge], *, set_tenant: bool) -> None:

@@ -147,6 +147,7 @@ class _TurnRows:
                 "due_time": turn.accept_time,
                 "attempts": 0,
                 "last_error": None,
+                "question_opening": turn.question_opening,
             },
         )
 

@@ -143,6 +143,7 @@ def _add_servicers(
             services.conversations.removal,
             services.inspector,
             services.exporter,
+            services.listing,
         ),
         server,
     )

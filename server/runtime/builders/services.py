@@ -1,5 +1,6 @@
 """The domain services the servicers call, wired on the stores once: the memory block
-operations, the audit log, conversation search, the turn inspector and the export."""
+operations, the audit log, conversation search, the turn inspector, the export and the
+conversation list."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from server.adapters.sql.inspections import BufferedInspectionStore, SqlInspecti
 from server.domain.audit import AuditLog, PageTokens
 from server.domain.export import Exporter
 from server.domain.inspection import TurnInspector
+from server.domain.listing import ConversationList
 from server.domain.memory import MemoryBlocks
 from server.domain.ports import MemoryStore
 from server.domain.tool_calls import ToolCalls
@@ -31,6 +33,8 @@ class Services:
     conversations: Conversations
     inspector: TurnInspector
     exporter: Exporter
+    listing: ConversationList
+    """ListConversations and ListConversationTurns."""
     inspections: BufferedInspectionStore
     """The inspector's record writer, closed (what is queued written) before the stores."""
     tool_calls: ToolCalls
@@ -72,7 +76,15 @@ def build_services(
         retention=timedelta(days=settings.memory.inspection_retention_days),
     )
     exporter = Exporter(blocks, store, parts.turns, parts.index, tokens)
+    listing = ConversationList(parts.turns, parts.index, tokens)
     tool_calls = ToolCalls(blocks, conversations.search, inspections, utc_now)
     return Services(
-        blocks, AuditLog(store, tokens), conversations, inspector, exporter, inspections, tool_calls
+        blocks,
+        AuditLog(store, tokens),
+        conversations,
+        inspector,
+        exporter,
+        listing,
+        inspections,
+        tool_calls,
     )

@@ -1535,6 +1535,332 @@ func (x *DeletedConversation) GetDeleteTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// ListConversationsRequest asks for one page of the caller's conversations.
+type ListConversationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Maximum number of conversations to return. 0 means the default (50);
+	// larger than 500 is capped at 500; negative is invalid.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The `next_page_token` of the previous call. Empty for the first page.
+	// Tokens are opaque, signed by the server and bound to the caller; any
+	// other value fails with INVALID_ARGUMENT (ERROR_REASON_INVALID_PAGE_TOKEN).
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListConversationsRequest) Reset() {
+	*x = ListConversationsRequest{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListConversationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListConversationsRequest) ProtoMessage() {}
+
+func (x *ListConversationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListConversationsRequest.ProtoReflect.Descriptor instead.
+func (*ListConversationsRequest) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListConversationsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListConversationsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListConversationsResponse is one page of the caller's conversations.
+type ListConversationsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversations of this page, newest last turn first.
+	Conversations []*Conversation `protobuf:"bytes,1,rep,name=conversations,proto3" json:"conversations,omitempty"`
+	// Token for the next page; empty only on the last page. A conversation
+	// that receives a turn while the caller pages moves to the front and is
+	// not listed again further on.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListConversationsResponse) Reset() {
+	*x = ListConversationsResponse{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListConversationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListConversationsResponse) ProtoMessage() {}
+
+func (x *ListConversationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListConversationsResponse.ProtoReflect.Descriptor instead.
+func (*ListConversationsResponse) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListConversationsResponse) GetConversations() []*Conversation {
+	if x != nil {
+		return x.Conversations
+	}
+	return nil
+}
+
+func (x *ListConversationsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// Conversation summarizes one of the caller's conversations.
+type Conversation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's id of the conversation (as sent to IndexTurn).
+	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// The earliest `turn_time` of its turns.
+	FirstTurnTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=first_turn_time,json=firstTurnTime,proto3" json:"first_turn_time,omitempty"`
+	// The latest `turn_time` of its turns.
+	LastTurnTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last_turn_time,json=lastTurnTime,proto3" json:"last_turn_time,omitempty"`
+	// Number of its turns held (indexed or waiting to be indexed), at least 1.
+	TurnCount int32 `protobuf:"varint,4,opt,name=turn_count,json=turnCount,proto3" json:"turn_count,omitempty"`
+	// The opening of its first turn's question (the turn with the earliest
+	// `turn_time`): at most 100 characters (Unicode code points) of the
+	// question, sanitized and with credentials replaced as the indexed text
+	// is, runs of whitespace joined into one space. Empty when that turn had
+	// no question, or was accepted by a release before this field.
+	FirstQuestionOpening string `protobuf:"bytes,5,opt,name=first_question_opening,json=firstQuestionOpening,proto3" json:"first_question_opening,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *Conversation) Reset() {
+	*x = Conversation{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Conversation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Conversation) ProtoMessage() {}
+
+func (x *Conversation) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Conversation.ProtoReflect.Descriptor instead.
+func (*Conversation) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Conversation) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *Conversation) GetFirstTurnTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstTurnTime
+	}
+	return nil
+}
+
+func (x *Conversation) GetLastTurnTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastTurnTime
+	}
+	return nil
+}
+
+func (x *Conversation) GetTurnCount() int32 {
+	if x != nil {
+		return x.TurnCount
+	}
+	return 0
+}
+
+func (x *Conversation) GetFirstQuestionOpening() string {
+	if x != nil {
+		return x.FirstQuestionOpening
+	}
+	return ""
+}
+
+// ListConversationTurnsRequest asks for one page of one conversation's turns.
+type ListConversationTurnsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation to read: 1 to 128 characters, no control characters.
+	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// Maximum number of turns to return. 0 means the default (20); larger
+	// than 100 is capped at 100; negative is invalid.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The `next_page_token` of the previous call. Empty for the first page.
+	// Tokens are opaque, signed by the server and bound to the caller and the
+	// conversation; any other value fails with INVALID_ARGUMENT
+	// (ERROR_REASON_INVALID_PAGE_TOKEN).
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListConversationTurnsRequest) Reset() {
+	*x = ListConversationTurnsRequest{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListConversationTurnsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListConversationTurnsRequest) ProtoMessage() {}
+
+func (x *ListConversationTurnsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListConversationTurnsRequest.ProtoReflect.Descriptor instead.
+func (*ListConversationTurnsRequest) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListConversationTurnsRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *ListConversationTurnsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListConversationTurnsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListConversationTurnsResponse is one page of a conversation's turns.
+type ListConversationTurnsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turns of this page, oldest first, each with the text held for it
+	// (as in the export). A turn whose chunks left the index meanwhile is
+	// left out.
+	Turns []*ExportedTurn `protobuf:"bytes,1,rep,name=turns,proto3" json:"turns,omitempty"`
+	// Token for the next page; empty only on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListConversationTurnsResponse) Reset() {
+	*x = ListConversationTurnsResponse{}
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListConversationTurnsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListConversationTurnsResponse) ProtoMessage() {}
+
+func (x *ListConversationTurnsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_memoria_v1_conversation_search_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListConversationTurnsResponse.ProtoReflect.Descriptor instead.
+func (*ListConversationTurnsResponse) Descriptor() ([]byte, []int) {
+	return file_memoria_v1_conversation_search_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListConversationTurnsResponse) GetTurns() []*ExportedTurn {
+	if x != nil {
+		return x.Turns
+	}
+	return nil
+}
+
+func (x *ListConversationTurnsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_memoria_v1_conversation_search_service_proto protoreflect.FileDescriptor
 
 const file_memoria_v1_conversation_search_service_proto_rawDesc = "" +
@@ -1642,19 +1968,43 @@ const file_memoria_v1_conversation_search_service_proto_rawDesc = "" +
 	"\x13DeletedConversation\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12;\n" +
 	"\vdelete_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"deleteTime*\xa7\x01\n" +
+	"deleteTime\"V\n" +
+	"\x18ListConversationsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x83\x01\n" +
+	"\x19ListConversationsResponse\x12>\n" +
+	"\rconversations\x18\x01 \x03(\v2\x18.memoria.v1.ConversationR\rconversations\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x92\x02\n" +
+	"\fConversation\x12'\n" +
+	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12B\n" +
+	"\x0ffirst_turn_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\rfirstTurnTime\x12@\n" +
+	"\x0elast_turn_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\flastTurnTime\x12\x1d\n" +
+	"\n" +
+	"turn_count\x18\x04 \x01(\x05R\tturnCount\x124\n" +
+	"\x16first_question_opening\x18\x05 \x01(\tR\x14firstQuestionOpening\"\x83\x01\n" +
+	"\x1cListConversationTurnsRequest\x12'\n" +
+	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"w\n" +
+	"\x1dListConversationTurnsResponse\x12.\n" +
+	"\x05turns\x18\x01 \x03(\v2\x18.memoria.v1.ExportedTurnR\x05turns\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\xa7\x01\n" +
 	"\x10IndexTurnOutcome\x12\"\n" +
 	"\x1eINDEX_TURN_OUTCOME_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bINDEX_TURN_OUTCOME_ACCEPTED\x10\x01\x12\x1e\n" +
 	"\x1aINDEX_TURN_OUTCOME_INDEXED\x10\x02\x12.\n" +
-	"*INDEX_TURN_OUTCOME_SKIPPED_MEMORY_DISABLED\x10\x032\xff\x04\n" +
+	"*INDEX_TURN_OUTCOME_SKIPPED_MEMORY_DISABLED\x10\x032\xd9\x06\n" +
 	"\x19ConversationSearchService\x12M\n" +
 	"\tIndexTurn\x12\x1c.memoria.v1.IndexTurnRequest\x1a\x1d.memoria.v1.IndexTurnResponse\"\x03\x90\x02\x02\x12k\n" +
 	"\x13SearchConversations\x12&.memoria.v1.SearchConversationsRequest\x1a'.memoria.v1.SearchConversationsResponse\"\x03\x90\x02\x01\x12h\n" +
 	"\x12DeleteConversation\x12%.memoria.v1.DeleteConversationRequest\x1a&.memoria.v1.DeleteConversationResponse\"\x03\x90\x02\x02\x12h\n" +
 	"\x12ErasePrincipalData\x12%.memoria.v1.ErasePrincipalDataRequest\x1a&.memoria.v1.ErasePrincipalDataResponse\"\x03\x90\x02\x02\x12e\n" +
 	"\x11GetTurnInspection\x12$.memoria.v1.GetTurnInspectionRequest\x1a%.memoria.v1.GetTurnInspectionResponse\"\x03\x90\x02\x01\x12k\n" +
-	"\x13ExportPrincipalData\x12&.memoria.v1.ExportPrincipalDataRequest\x1a'.memoria.v1.ExportPrincipalDataResponse\"\x03\x90\x02\x01B\xa4\x01\n" +
+	"\x13ExportPrincipalData\x12&.memoria.v1.ExportPrincipalDataRequest\x1a'.memoria.v1.ExportPrincipalDataResponse\"\x03\x90\x02\x01\x12e\n" +
+	"\x11ListConversations\x12$.memoria.v1.ListConversationsRequest\x1a%.memoria.v1.ListConversationsResponse\"\x03\x90\x02\x01\x12q\n" +
+	"\x15ListConversationTurns\x12(.memoria.v1.ListConversationTurnsRequest\x1a).memoria.v1.ListConversationTurnsResponse\"\x03\x90\x02\x01B\xa4\x01\n" +
 	"\x0ecom.memoria.v1B\x1eConversationSearchServiceProtoP\x01Z)memoria/generated/go/memoria/v1;memoriav1\xa2\x02\x03MXX\xaa\x02\n" +
 	"Memoria.V1\xca\x02\n" +
 	"Memoria\\V1\xe2\x02\x16Memoria\\V1\\GPBMetadata\xea\x02\vMemoria::V1b\x06proto3"
@@ -1672,78 +2022,91 @@ func file_memoria_v1_conversation_search_service_proto_rawDescGZIP() []byte {
 }
 
 var file_memoria_v1_conversation_search_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_memoria_v1_conversation_search_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_memoria_v1_conversation_search_service_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_memoria_v1_conversation_search_service_proto_goTypes = []any{
-	(IndexTurnOutcome)(0),               // 0: memoria.v1.IndexTurnOutcome
-	(*IndexTurnRequest)(nil),            // 1: memoria.v1.IndexTurnRequest
-	(*IndexTurnResponse)(nil),           // 2: memoria.v1.IndexTurnResponse
-	(*SearchConversationsRequest)(nil),  // 3: memoria.v1.SearchConversationsRequest
-	(*SearchConversationsResponse)(nil), // 4: memoria.v1.SearchConversationsResponse
-	(*SearchHit)(nil),                   // 5: memoria.v1.SearchHit
-	(*DeleteConversationRequest)(nil),   // 6: memoria.v1.DeleteConversationRequest
-	(*DeleteConversationResponse)(nil),  // 7: memoria.v1.DeleteConversationResponse
-	(*ErasePrincipalDataRequest)(nil),   // 8: memoria.v1.ErasePrincipalDataRequest
-	(*ErasePrincipalDataResponse)(nil),  // 9: memoria.v1.ErasePrincipalDataResponse
-	(*GetTurnInspectionRequest)(nil),    // 10: memoria.v1.GetTurnInspectionRequest
-	(*GetTurnInspectionResponse)(nil),   // 11: memoria.v1.GetTurnInspectionResponse
-	(*TurnInspection)(nil),              // 12: memoria.v1.TurnInspection
-	(*WriteRecord)(nil),                 // 13: memoria.v1.WriteRecord
-	(*RenderRecord)(nil),                // 14: memoria.v1.RenderRecord
-	(*SearchRecord)(nil),                // 15: memoria.v1.SearchRecord
-	(*ExportPrincipalDataRequest)(nil),  // 16: memoria.v1.ExportPrincipalDataRequest
-	(*ExportPrincipalDataResponse)(nil), // 17: memoria.v1.ExportPrincipalDataResponse
-	(*ExportRecord)(nil),                // 18: memoria.v1.ExportRecord
-	(*ExportedTurn)(nil),                // 19: memoria.v1.ExportedTurn
-	(*DeletedConversation)(nil),         // 20: memoria.v1.DeletedConversation
-	(*timestamppb.Timestamp)(nil),       // 21: google.protobuf.Timestamp
-	(*TurnReference)(nil),               // 22: memoria.v1.TurnReference
-	(Writer)(0),                         // 23: memoria.v1.Writer
-	(*MemorySettings)(nil),              // 24: memoria.v1.MemorySettings
-	(*MemoryBlock)(nil),                 // 25: memoria.v1.MemoryBlock
-	(*AuditEvent)(nil),                  // 26: memoria.v1.AuditEvent
+	(IndexTurnOutcome)(0),                 // 0: memoria.v1.IndexTurnOutcome
+	(*IndexTurnRequest)(nil),              // 1: memoria.v1.IndexTurnRequest
+	(*IndexTurnResponse)(nil),             // 2: memoria.v1.IndexTurnResponse
+	(*SearchConversationsRequest)(nil),    // 3: memoria.v1.SearchConversationsRequest
+	(*SearchConversationsResponse)(nil),   // 4: memoria.v1.SearchConversationsResponse
+	(*SearchHit)(nil),                     // 5: memoria.v1.SearchHit
+	(*DeleteConversationRequest)(nil),     // 6: memoria.v1.DeleteConversationRequest
+	(*DeleteConversationResponse)(nil),    // 7: memoria.v1.DeleteConversationResponse
+	(*ErasePrincipalDataRequest)(nil),     // 8: memoria.v1.ErasePrincipalDataRequest
+	(*ErasePrincipalDataResponse)(nil),    // 9: memoria.v1.ErasePrincipalDataResponse
+	(*GetTurnInspectionRequest)(nil),      // 10: memoria.v1.GetTurnInspectionRequest
+	(*GetTurnInspectionResponse)(nil),     // 11: memoria.v1.GetTurnInspectionResponse
+	(*TurnInspection)(nil),                // 12: memoria.v1.TurnInspection
+	(*WriteRecord)(nil),                   // 13: memoria.v1.WriteRecord
+	(*RenderRecord)(nil),                  // 14: memoria.v1.RenderRecord
+	(*SearchRecord)(nil),                  // 15: memoria.v1.SearchRecord
+	(*ExportPrincipalDataRequest)(nil),    // 16: memoria.v1.ExportPrincipalDataRequest
+	(*ExportPrincipalDataResponse)(nil),   // 17: memoria.v1.ExportPrincipalDataResponse
+	(*ExportRecord)(nil),                  // 18: memoria.v1.ExportRecord
+	(*ExportedTurn)(nil),                  // 19: memoria.v1.ExportedTurn
+	(*DeletedConversation)(nil),           // 20: memoria.v1.DeletedConversation
+	(*ListConversationsRequest)(nil),      // 21: memoria.v1.ListConversationsRequest
+	(*ListConversationsResponse)(nil),     // 22: memoria.v1.ListConversationsResponse
+	(*Conversation)(nil),                  // 23: memoria.v1.Conversation
+	(*ListConversationTurnsRequest)(nil),  // 24: memoria.v1.ListConversationTurnsRequest
+	(*ListConversationTurnsResponse)(nil), // 25: memoria.v1.ListConversationTurnsResponse
+	(*timestamppb.Timestamp)(nil),         // 26: google.protobuf.Timestamp
+	(*TurnReference)(nil),                 // 27: memoria.v1.TurnReference
+	(Writer)(0),                           // 28: memoria.v1.Writer
+	(*MemorySettings)(nil),                // 29: memoria.v1.MemorySettings
+	(*MemoryBlock)(nil),                   // 30: memoria.v1.MemoryBlock
+	(*AuditEvent)(nil),                    // 31: memoria.v1.AuditEvent
 }
 var file_memoria_v1_conversation_search_service_proto_depIdxs = []int32{
-	21, // 0: memoria.v1.IndexTurnRequest.turn_time:type_name -> google.protobuf.Timestamp
+	26, // 0: memoria.v1.IndexTurnRequest.turn_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: memoria.v1.IndexTurnResponse.outcome:type_name -> memoria.v1.IndexTurnOutcome
-	22, // 2: memoria.v1.SearchConversationsRequest.turn:type_name -> memoria.v1.TurnReference
+	27, // 2: memoria.v1.SearchConversationsRequest.turn:type_name -> memoria.v1.TurnReference
 	5,  // 3: memoria.v1.SearchConversationsResponse.hits:type_name -> memoria.v1.SearchHit
-	21, // 4: memoria.v1.SearchHit.turn_time:type_name -> google.protobuf.Timestamp
-	22, // 5: memoria.v1.GetTurnInspectionRequest.turn:type_name -> memoria.v1.TurnReference
+	26, // 4: memoria.v1.SearchHit.turn_time:type_name -> google.protobuf.Timestamp
+	27, // 5: memoria.v1.GetTurnInspectionRequest.turn:type_name -> memoria.v1.TurnReference
 	12, // 6: memoria.v1.GetTurnInspectionResponse.inspection:type_name -> memoria.v1.TurnInspection
-	22, // 7: memoria.v1.TurnInspection.turn:type_name -> memoria.v1.TurnReference
+	27, // 7: memoria.v1.TurnInspection.turn:type_name -> memoria.v1.TurnReference
 	14, // 8: memoria.v1.TurnInspection.renders:type_name -> memoria.v1.RenderRecord
 	15, // 9: memoria.v1.TurnInspection.searches:type_name -> memoria.v1.SearchRecord
 	13, // 10: memoria.v1.TurnInspection.writes:type_name -> memoria.v1.WriteRecord
-	23, // 11: memoria.v1.WriteRecord.writer:type_name -> memoria.v1.Writer
-	21, // 12: memoria.v1.WriteRecord.write_time:type_name -> google.protobuf.Timestamp
-	21, // 13: memoria.v1.RenderRecord.render_time:type_name -> google.protobuf.Timestamp
-	21, // 14: memoria.v1.SearchRecord.search_time:type_name -> google.protobuf.Timestamp
+	28, // 11: memoria.v1.WriteRecord.writer:type_name -> memoria.v1.Writer
+	26, // 12: memoria.v1.WriteRecord.write_time:type_name -> google.protobuf.Timestamp
+	26, // 13: memoria.v1.RenderRecord.render_time:type_name -> google.protobuf.Timestamp
+	26, // 14: memoria.v1.SearchRecord.search_time:type_name -> google.protobuf.Timestamp
 	5,  // 15: memoria.v1.SearchRecord.hits:type_name -> memoria.v1.SearchHit
 	18, // 16: memoria.v1.ExportPrincipalDataResponse.records:type_name -> memoria.v1.ExportRecord
-	24, // 17: memoria.v1.ExportRecord.settings:type_name -> memoria.v1.MemorySettings
-	25, // 18: memoria.v1.ExportRecord.memory_block:type_name -> memoria.v1.MemoryBlock
-	26, // 19: memoria.v1.ExportRecord.audit_event:type_name -> memoria.v1.AuditEvent
+	29, // 17: memoria.v1.ExportRecord.settings:type_name -> memoria.v1.MemorySettings
+	30, // 18: memoria.v1.ExportRecord.memory_block:type_name -> memoria.v1.MemoryBlock
+	31, // 19: memoria.v1.ExportRecord.audit_event:type_name -> memoria.v1.AuditEvent
 	19, // 20: memoria.v1.ExportRecord.turn:type_name -> memoria.v1.ExportedTurn
 	20, // 21: memoria.v1.ExportRecord.deleted_conversation:type_name -> memoria.v1.DeletedConversation
-	21, // 22: memoria.v1.ExportedTurn.turn_time:type_name -> google.protobuf.Timestamp
-	21, // 23: memoria.v1.DeletedConversation.delete_time:type_name -> google.protobuf.Timestamp
-	1,  // 24: memoria.v1.ConversationSearchService.IndexTurn:input_type -> memoria.v1.IndexTurnRequest
-	3,  // 25: memoria.v1.ConversationSearchService.SearchConversations:input_type -> memoria.v1.SearchConversationsRequest
-	6,  // 26: memoria.v1.ConversationSearchService.DeleteConversation:input_type -> memoria.v1.DeleteConversationRequest
-	8,  // 27: memoria.v1.ConversationSearchService.ErasePrincipalData:input_type -> memoria.v1.ErasePrincipalDataRequest
-	10, // 28: memoria.v1.ConversationSearchService.GetTurnInspection:input_type -> memoria.v1.GetTurnInspectionRequest
-	16, // 29: memoria.v1.ConversationSearchService.ExportPrincipalData:input_type -> memoria.v1.ExportPrincipalDataRequest
-	2,  // 30: memoria.v1.ConversationSearchService.IndexTurn:output_type -> memoria.v1.IndexTurnResponse
-	4,  // 31: memoria.v1.ConversationSearchService.SearchConversations:output_type -> memoria.v1.SearchConversationsResponse
-	7,  // 32: memoria.v1.ConversationSearchService.DeleteConversation:output_type -> memoria.v1.DeleteConversationResponse
-	9,  // 33: memoria.v1.ConversationSearchService.ErasePrincipalData:output_type -> memoria.v1.ErasePrincipalDataResponse
-	11, // 34: memoria.v1.ConversationSearchService.GetTurnInspection:output_type -> memoria.v1.GetTurnInspectionResponse
-	17, // 35: memoria.v1.ConversationSearchService.ExportPrincipalData:output_type -> memoria.v1.ExportPrincipalDataResponse
-	30, // [30:36] is the sub-list for method output_type
-	24, // [24:30] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	26, // 22: memoria.v1.ExportedTurn.turn_time:type_name -> google.protobuf.Timestamp
+	26, // 23: memoria.v1.DeletedConversation.delete_time:type_name -> google.protobuf.Timestamp
+	23, // 24: memoria.v1.ListConversationsResponse.conversations:type_name -> memoria.v1.Conversation
+	26, // 25: memoria.v1.Conversation.first_turn_time:type_name -> google.protobuf.Timestamp
+	26, // 26: memoria.v1.Conversation.last_turn_time:type_name -> google.protobuf.Timestamp
+	19, // 27: memoria.v1.ListConversationTurnsResponse.turns:type_name -> memoria.v1.ExportedTurn
+	1,  // 28: memoria.v1.ConversationSearchService.IndexTurn:input_type -> memoria.v1.IndexTurnRequest
+	3,  // 29: memoria.v1.ConversationSearchService.SearchConversations:input_type -> memoria.v1.SearchConversationsRequest
+	6,  // 30: memoria.v1.ConversationSearchService.DeleteConversation:input_type -> memoria.v1.DeleteConversationRequest
+	8,  // 31: memoria.v1.ConversationSearchService.ErasePrincipalData:input_type -> memoria.v1.ErasePrincipalDataRequest
+	10, // 32: memoria.v1.ConversationSearchService.GetTurnInspection:input_type -> memoria.v1.GetTurnInspectionRequest
+	16, // 33: memoria.v1.ConversationSearchService.ExportPrincipalData:input_type -> memoria.v1.ExportPrincipalDataRequest
+	21, // 34: memoria.v1.ConversationSearchService.ListConversations:input_type -> memoria.v1.ListConversationsRequest
+	24, // 35: memoria.v1.ConversationSearchService.ListConversationTurns:input_type -> memoria.v1.ListConversationTurnsRequest
+	2,  // 36: memoria.v1.ConversationSearchService.IndexTurn:output_type -> memoria.v1.IndexTurnResponse
+	4,  // 37: memoria.v1.ConversationSearchService.SearchConversations:output_type -> memoria.v1.SearchConversationsResponse
+	7,  // 38: memoria.v1.ConversationSearchService.DeleteConversation:output_type -> memoria.v1.DeleteConversationResponse
+	9,  // 39: memoria.v1.ConversationSearchService.ErasePrincipalData:output_type -> memoria.v1.ErasePrincipalDataResponse
+	11, // 40: memoria.v1.ConversationSearchService.GetTurnInspection:output_type -> memoria.v1.GetTurnInspectionResponse
+	17, // 41: memoria.v1.ConversationSearchService.ExportPrincipalData:output_type -> memoria.v1.ExportPrincipalDataResponse
+	22, // 42: memoria.v1.ConversationSearchService.ListConversations:output_type -> memoria.v1.ListConversationsResponse
+	25, // 43: memoria.v1.ConversationSearchService.ListConversationTurns:output_type -> memoria.v1.ListConversationTurnsResponse
+	36, // [36:44] is the sub-list for method output_type
+	28, // [28:36] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_memoria_v1_conversation_search_service_proto_init() }
@@ -1766,7 +2129,7 @@ func file_memoria_v1_conversation_search_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_memoria_v1_conversation_search_service_proto_rawDesc), len(file_memoria_v1_conversation_search_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

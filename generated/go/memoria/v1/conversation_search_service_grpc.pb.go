@@ -19,12 +19,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ConversationSearchService_IndexTurn_FullMethodName           = "/memoria.v1.ConversationSearchService/IndexTurn"
-	ConversationSearchService_SearchConversations_FullMethodName = "/memoria.v1.ConversationSearchService/SearchConversations"
-	ConversationSearchService_DeleteConversation_FullMethodName  = "/memoria.v1.ConversationSearchService/DeleteConversation"
-	ConversationSearchService_ErasePrincipalData_FullMethodName  = "/memoria.v1.ConversationSearchService/ErasePrincipalData"
-	ConversationSearchService_GetTurnInspection_FullMethodName   = "/memoria.v1.ConversationSearchService/GetTurnInspection"
-	ConversationSearchService_ExportPrincipalData_FullMethodName = "/memoria.v1.ConversationSearchService/ExportPrincipalData"
+	ConversationSearchService_IndexTurn_FullMethodName             = "/memoria.v1.ConversationSearchService/IndexTurn"
+	ConversationSearchService_SearchConversations_FullMethodName   = "/memoria.v1.ConversationSearchService/SearchConversations"
+	ConversationSearchService_DeleteConversation_FullMethodName    = "/memoria.v1.ConversationSearchService/DeleteConversation"
+	ConversationSearchService_ErasePrincipalData_FullMethodName    = "/memoria.v1.ConversationSearchService/ErasePrincipalData"
+	ConversationSearchService_GetTurnInspection_FullMethodName     = "/memoria.v1.ConversationSearchService/GetTurnInspection"
+	ConversationSearchService_ExportPrincipalData_FullMethodName   = "/memoria.v1.ConversationSearchService/ExportPrincipalData"
+	ConversationSearchService_ListConversations_FullMethodName     = "/memoria.v1.ConversationSearchService/ListConversations"
+	ConversationSearchService_ListConversationTurns_FullMethodName = "/memoria.v1.ConversationSearchService/ListConversationTurns"
 )
 
 // ConversationSearchServiceClient is the client API for ConversationSearchService service.
@@ -92,6 +94,21 @@ type ConversationSearchServiceClient interface {
 	// its own snapshot; data changed during an export may appear in a later
 	// page or not at all.
 	ExportPrincipalData(ctx context.Context, in *ExportPrincipalDataRequest, opts ...grpc.CallOption) (*ExportPrincipalDataResponse, error)
+	// ListConversations lists the caller's conversations, newest first: by the
+	// time of each conversation's last turn, ties in a fixed order that stays
+	// the same from page to page. Each entry gives the first and last turn
+	// times, the number of turns and the opening of the first question, so a
+	// settings screen can list thousands of turns' conversations without
+	// reading their text (ListConversationTurns reads one). Only the caller's
+	// own turns, indexed or still queued; deleted conversations are never
+	// listed, and an erased principal's list is empty.
+	ListConversations(ctx context.Context, in *ListConversationsRequest, opts ...grpc.CallOption) (*ListConversationsResponse, error)
+	// ListConversationTurns returns the turns of one of the caller's
+	// conversations with their text, oldest first (by turn time, ties in a
+	// fixed order), paged. The caller's own conversations only: an unknown,
+	// deleted or other principal's conversation id has no turns (an empty
+	// page, not an error).
+	ListConversationTurns(ctx context.Context, in *ListConversationTurnsRequest, opts ...grpc.CallOption) (*ListConversationTurnsResponse, error)
 }
 
 type conversationSearchServiceClient struct {
@@ -156,6 +173,26 @@ func (c *conversationSearchServiceClient) ExportPrincipalData(ctx context.Contex
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ExportPrincipalDataResponse)
 	err := c.cc.Invoke(ctx, ConversationSearchService_ExportPrincipalData_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *conversationSearchServiceClient) ListConversations(ctx context.Context, in *ListConversationsRequest, opts ...grpc.CallOption) (*ListConversationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListConversationsResponse)
+	err := c.cc.Invoke(ctx, ConversationSearchService_ListConversations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *conversationSearchServiceClient) ListConversationTurns(ctx context.Context, in *ListConversationTurnsRequest, opts ...grpc.CallOption) (*ListConversationTurnsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListConversationTurnsResponse)
+	err := c.cc.Invoke(ctx, ConversationSearchService_ListConversationTurns_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -227,6 +264,21 @@ type ConversationSearchServiceServer interface {
 	// its own snapshot; data changed during an export may appear in a later
 	// page or not at all.
 	ExportPrincipalData(context.Context, *ExportPrincipalDataRequest) (*ExportPrincipalDataResponse, error)
+	// ListConversations lists the caller's conversations, newest first: by the
+	// time of each conversation's last turn, ties in a fixed order that stays
+	// the same from page to page. Each entry gives the first and last turn
+	// times, the number of turns and the opening of the first question, so a
+	// settings screen can list thousands of turns' conversations without
+	// reading their text (ListConversationTurns reads one). Only the caller's
+	// own turns, indexed or still queued; deleted conversations are never
+	// listed, and an erased principal's list is empty.
+	ListConversations(context.Context, *ListConversationsRequest) (*ListConversationsResponse, error)
+	// ListConversationTurns returns the turns of one of the caller's
+	// conversations with their text, oldest first (by turn time, ties in a
+	// fixed order), paged. The caller's own conversations only: an unknown,
+	// deleted or other principal's conversation id has no turns (an empty
+	// page, not an error).
+	ListConversationTurns(context.Context, *ListConversationTurnsRequest) (*ListConversationTurnsResponse, error)
 	mustEmbedUnimplementedConversationSearchServiceServer()
 }
 
@@ -254,6 +306,12 @@ func (UnimplementedConversationSearchServiceServer) GetTurnInspection(context.Co
 }
 func (UnimplementedConversationSearchServiceServer) ExportPrincipalData(context.Context, *ExportPrincipalDataRequest) (*ExportPrincipalDataResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExportPrincipalData not implemented")
+}
+func (UnimplementedConversationSearchServiceServer) ListConversations(context.Context, *ListConversationsRequest) (*ListConversationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListConversations not implemented")
+}
+func (UnimplementedConversationSearchServiceServer) ListConversationTurns(context.Context, *ListConversationTurnsRequest) (*ListConversationTurnsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListConversationTurns not implemented")
 }
 func (UnimplementedConversationSearchServiceServer) mustEmbedUnimplementedConversationSearchServiceServer() {
 }
@@ -385,6 +443,42 @@ func _ConversationSearchService_ExportPrincipalData_Handler(srv interface{}, ctx
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConversationSearchService_ListConversations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListConversationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationSearchServiceServer).ListConversations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationSearchService_ListConversations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationSearchServiceServer).ListConversations(ctx, req.(*ListConversationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConversationSearchService_ListConversationTurns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListConversationTurnsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConversationSearchServiceServer).ListConversationTurns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConversationSearchService_ListConversationTurns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConversationSearchServiceServer).ListConversationTurns(ctx, req.(*ListConversationTurnsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConversationSearchService_ServiceDesc is the grpc.ServiceDesc for ConversationSearchService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -415,6 +509,14 @@ var ConversationSearchService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ExportPrincipalData",
 			Handler:    _ConversationSearchService_ExportPrincipalData_Handler,
+		},
+		{
+			MethodName: "ListConversations",
+			Handler:    _ConversationSearchService_ListConversations_Handler,
+		},
+		{
+			MethodName: "ListConversationTurns",
+			Handler:    _ConversationSearchService_ListConversationTurns_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -811,3 +811,179 @@ class DeletedConversation(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeletedConversation: _TypeAlias = DeletedConversation  # noqa: Y015
+
+@_typing.final
+class ListConversationsRequest(_message.Message):
+    """ListConversationsRequest asks for one page of the caller's conversations."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Maximum number of conversations to return. 0 means the default (50);
+    larger than 500 is capped at 500; negative is invalid.
+    """
+    page_token: _builtins.str
+    """The `next_page_token` of the previous call. Empty for the first page.
+    Tokens are opaque, signed by the server and bound to the caller; any
+    other value fails with INVALID_ARGUMENT (ERROR_REASON_INVALID_PAGE_TOKEN).
+    """
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListConversationsRequest: _TypeAlias = ListConversationsRequest  # noqa: Y015
+
+@_typing.final
+class ListConversationsResponse(_message.Message):
+    """ListConversationsResponse is one page of the caller's conversations."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONVERSATIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page; empty only on the last page. A conversation
+    that receives a turn while the caller pages moves to the front and is
+    not listed again further on.
+    """
+    @_builtins.property
+    def conversations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Conversation]:
+        """The conversations of this page, newest last turn first."""
+
+    def __init__(
+        self,
+        *,
+        conversations: _abc.Iterable[Global___Conversation] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversations", b"conversations", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListConversationsResponse: _TypeAlias = ListConversationsResponse  # noqa: Y015
+
+@_typing.final
+class Conversation(_message.Message):
+    """Conversation summarizes one of the caller's conversations."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONVERSATION_ID_FIELD_NUMBER: _builtins.int
+    FIRST_TURN_TIME_FIELD_NUMBER: _builtins.int
+    LAST_TURN_TIME_FIELD_NUMBER: _builtins.int
+    TURN_COUNT_FIELD_NUMBER: _builtins.int
+    FIRST_QUESTION_OPENING_FIELD_NUMBER: _builtins.int
+    conversation_id: _builtins.str
+    """The caller's id of the conversation (as sent to IndexTurn)."""
+    turn_count: _builtins.int
+    """Number of its turns held (indexed or waiting to be indexed), at least 1."""
+    first_question_opening: _builtins.str
+    """The opening of its first turn's question (the turn with the earliest
+    `turn_time`): at most 100 characters (Unicode code points) of the
+    question, sanitized and with credentials replaced as the indexed text
+    is, runs of whitespace joined into one space. Empty when that turn had
+    no question, or was accepted by a release before this field.
+    """
+    @_builtins.property
+    def first_turn_time(self) -> _timestamp_pb2.Timestamp:
+        """The earliest `turn_time` of its turns."""
+
+    @_builtins.property
+    def last_turn_time(self) -> _timestamp_pb2.Timestamp:
+        """The latest `turn_time` of its turns."""
+
+    def __init__(
+        self,
+        *,
+        conversation_id: _builtins.str = ...,
+        first_turn_time: _timestamp_pb2.Timestamp | None = ...,
+        last_turn_time: _timestamp_pb2.Timestamp | None = ...,
+        turn_count: _builtins.int = ...,
+        first_question_opening: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["first_turn_time", b"first_turn_time", "last_turn_time", b"last_turn_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation_id", b"conversation_id", "first_question_opening", b"first_question_opening", "first_turn_time", b"first_turn_time", "last_turn_time", b"last_turn_time", "turn_count", b"turn_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Conversation: _TypeAlias = Conversation  # noqa: Y015
+
+@_typing.final
+class ListConversationTurnsRequest(_message.Message):
+    """ListConversationTurnsRequest asks for one page of one conversation's turns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONVERSATION_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    conversation_id: _builtins.str
+    """The conversation to read: 1 to 128 characters, no control characters."""
+    page_size: _builtins.int
+    """Maximum number of turns to return. 0 means the default (20); larger
+    than 100 is capped at 100; negative is invalid.
+    """
+    page_token: _builtins.str
+    """The `next_page_token` of the previous call. Empty for the first page.
+    Tokens are opaque, signed by the server and bound to the caller and the
+    conversation; any other value fails with INVALID_ARGUMENT
+    (ERROR_REASON_INVALID_PAGE_TOKEN).
+    """
+    def __init__(
+        self,
+        *,
+        conversation_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation_id", b"conversation_id", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListConversationTurnsRequest: _TypeAlias = ListConversationTurnsRequest  # noqa: Y015
+
+@_typing.final
+class ListConversationTurnsResponse(_message.Message):
+    """ListConversationTurnsResponse is one page of a conversation's turns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TURNS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page; empty only on the last page."""
+    @_builtins.property
+    def turns(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExportedTurn]:
+        """The turns of this page, oldest first, each with the text held for it
+        (as in the export). A turn whose chunks left the index meanwhile is
+        left out.
+        """
+
+    def __init__(
+        self,
+        *,
+        turns: _abc.Iterable[Global___ExportedTurn] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "turns", b"turns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListConversationTurnsResponse: _TypeAlias = ListConversationTurnsResponse  # noqa: Y015

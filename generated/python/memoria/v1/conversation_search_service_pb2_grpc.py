@@ -73,6 +73,16 @@ class ConversationSearchServiceStub:
                 request_serializer=memoria_dot_v1_dot_conversation__search__service__pb2.ExportPrincipalDataRequest.SerializeToString,
                 response_deserializer=memoria_dot_v1_dot_conversation__search__service__pb2.ExportPrincipalDataResponse.FromString,
                 _registered_method=True)
+        self.ListConversations = channel.unary_unary(
+                '/memoria.v1.ConversationSearchService/ListConversations',
+                request_serializer=memoria_dot_v1_dot_conversation__search__service__pb2.ListConversationsRequest.SerializeToString,
+                response_deserializer=memoria_dot_v1_dot_conversation__search__service__pb2.ListConversationsResponse.FromString,
+                _registered_method=True)
+        self.ListConversationTurns = channel.unary_unary(
+                '/memoria.v1.ConversationSearchService/ListConversationTurns',
+                request_serializer=memoria_dot_v1_dot_conversation__search__service__pb2.ListConversationTurnsRequest.SerializeToString,
+                response_deserializer=memoria_dot_v1_dot_conversation__search__service__pb2.ListConversationTurnsResponse.FromString,
+                _registered_method=True)
 
 
 class ConversationSearchServiceServicer:
@@ -168,6 +178,31 @@ class ConversationSearchServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListConversations(self, request, context):
+        """ListConversations lists the caller's conversations, newest first: by the
+        time of each conversation's last turn, ties in a fixed order that stays
+        the same from page to page. Each entry gives the first and last turn
+        times, the number of turns and the opening of the first question, so a
+        settings screen can list thousands of turns' conversations without
+        reading their text (ListConversationTurns reads one). Only the caller's
+        own turns, indexed or still queued; deleted conversations are never
+        listed, and an erased principal's list is empty.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListConversationTurns(self, request, context):
+        """ListConversationTurns returns the turns of one of the caller's
+        conversations with their text, oldest first (by turn time, ties in a
+        fixed order), paged. The caller's own conversations only: an unknown,
+        deleted or other principal's conversation id has no turns (an empty
+        page, not an error).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConversationSearchServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -200,6 +235,16 @@ def add_ConversationSearchServiceServicer_to_server(servicer, server):
                     servicer.ExportPrincipalData,
                     request_deserializer=memoria_dot_v1_dot_conversation__search__service__pb2.ExportPrincipalDataRequest.FromString,
                     response_serializer=memoria_dot_v1_dot_conversation__search__service__pb2.ExportPrincipalDataResponse.SerializeToString,
+            ),
+            'ListConversations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConversations,
+                    request_deserializer=memoria_dot_v1_dot_conversation__search__service__pb2.ListConversationsRequest.FromString,
+                    response_serializer=memoria_dot_v1_dot_conversation__search__service__pb2.ListConversationsResponse.SerializeToString,
+            ),
+            'ListConversationTurns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConversationTurns,
+                    request_deserializer=memoria_dot_v1_dot_conversation__search__service__pb2.ListConversationTurnsRequest.FromString,
+                    response_serializer=memoria_dot_v1_dot_conversation__search__service__pb2.ListConversationTurnsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -373,6 +418,60 @@ class ConversationSearchService:
             '/memoria.v1.ConversationSearchService/ExportPrincipalData',
             memoria_dot_v1_dot_conversation__search__service__pb2.ExportPrincipalDataRequest.SerializeToString,
             memoria_dot_v1_dot_conversation__search__service__pb2.ExportPrincipalDataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConversations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memoria.v1.ConversationSearchService/ListConversations',
+            memoria_dot_v1_dot_conversation__search__service__pb2.ListConversationsRequest.SerializeToString,
+            memoria_dot_v1_dot_conversation__search__service__pb2.ListConversationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConversationTurns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memoria.v1.ConversationSearchService/ListConversationTurns',
+            memoria_dot_v1_dot_conversation__search__service__pb2.ListConversationTurnsRequest.SerializeToString,
+            memoria_dot_v1_dot_conversation__search__service__pb2.ListConversationTurnsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -99,6 +99,23 @@ class ConversationSearchServiceStub:
     its own snapshot; data changed during an export may appear in a later
     page or not at all.
     """
+    ListConversations: _grpc.UnaryUnaryMultiCallable[_conversation_search_service_pb2.ListConversationsRequest, _conversation_search_service_pb2.ListConversationsResponse]
+    """ListConversations lists the caller's conversations, newest first: by the
+    time of each conversation's last turn, ties in a fixed order that stays
+    the same from page to page. Each entry gives the first and last turn
+    times, the number of turns and the opening of the first question, so a
+    settings screen can list thousands of turns' conversations without
+    reading their text (ListConversationTurns reads one). Only the caller's
+    own turns, indexed or still queued; deleted conversations are never
+    listed, and an erased principal's list is empty.
+    """
+    ListConversationTurns: _grpc.UnaryUnaryMultiCallable[_conversation_search_service_pb2.ListConversationTurnsRequest, _conversation_search_service_pb2.ListConversationTurnsResponse]
+    """ListConversationTurns returns the turns of one of the caller's
+    conversations with their text, oldest first (by turn time, ties in a
+    fixed order), paged. The caller's own conversations only: an unknown,
+    deleted or other principal's conversation id has no turns (an empty
+    page, not an error).
+    """
 
 @_typing.type_check_only
 class ConversationSearchServiceAsyncStub(ConversationSearchServiceStub):
@@ -170,6 +187,23 @@ class ConversationSearchServiceAsyncStub(ConversationSearchServiceStub):
     principal. An erased principal's export is empty. Each page is read in
     its own snapshot; data changed during an export may appear in a later
     page or not at all.
+    """
+    ListConversations: _aio.UnaryUnaryMultiCallable[_conversation_search_service_pb2.ListConversationsRequest, _conversation_search_service_pb2.ListConversationsResponse]  # type: ignore[assignment]
+    """ListConversations lists the caller's conversations, newest first: by the
+    time of each conversation's last turn, ties in a fixed order that stays
+    the same from page to page. Each entry gives the first and last turn
+    times, the number of turns and the opening of the first question, so a
+    settings screen can list thousands of turns' conversations without
+    reading their text (ListConversationTurns reads one). Only the caller's
+    own turns, indexed or still queued; deleted conversations are never
+    listed, and an erased principal's list is empty.
+    """
+    ListConversationTurns: _aio.UnaryUnaryMultiCallable[_conversation_search_service_pb2.ListConversationTurnsRequest, _conversation_search_service_pb2.ListConversationTurnsResponse]  # type: ignore[assignment]
+    """ListConversationTurns returns the turns of one of the caller's
+    conversations with their text, oldest first (by turn time, ties in a
+    fixed order), paged. The caller's own conversations only: an unknown,
+    deleted or other principal's conversation id has no turns (an empty
+    page, not an error).
     """
 
 class ConversationSearchServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -275,6 +309,35 @@ class ConversationSearchServiceServicer(metaclass=_abc_1.ABCMeta):
         principal. An erased principal's export is empty. Each page is read in
         its own snapshot; data changed during an export may appear in a later
         page or not at all.
+        """
+
+    @_abc_1.abstractmethod
+    def ListConversations(
+        self,
+        request: _conversation_search_service_pb2.ListConversationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_conversation_search_service_pb2.ListConversationsResponse, _abc.Awaitable[_conversation_search_service_pb2.ListConversationsResponse]]:
+        """ListConversations lists the caller's conversations, newest first: by the
+        time of each conversation's last turn, ties in a fixed order that stays
+        the same from page to page. Each entry gives the first and last turn
+        times, the number of turns and the opening of the first question, so a
+        settings screen can list thousands of turns' conversations without
+        reading their text (ListConversationTurns reads one). Only the caller's
+        own turns, indexed or still queued; deleted conversations are never
+        listed, and an erased principal's list is empty.
+        """
+
+    @_abc_1.abstractmethod
+    def ListConversationTurns(
+        self,
+        request: _conversation_search_service_pb2.ListConversationTurnsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_conversation_search_service_pb2.ListConversationTurnsResponse, _abc.Awaitable[_conversation_search_service_pb2.ListConversationTurnsResponse]]:
+        """ListConversationTurns returns the turns of one of the caller's
+        conversations with their text, oldest first (by turn time, ties in a
+        fixed order), paged. The caller's own conversations only: an unknown,
+        deleted or other principal's conversation id has no turns (an empty
+        page, not an error).
         """
 
 def add_ConversationSearchServiceServicer_to_server(servicer: ConversationSearchServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file memoria/v1/conversation_search_service.proto.
  */
 export const file_memoria_v1_conversation_search_service: GenFile = /*@__PURE__*/
-  fileDesc("CixtZW1vcmlhL3YxL2NvbnZlcnNhdGlvbl9zZWFyY2hfc2VydmljZS5wcm90bxIKbWVtb3JpYS52MSKbAQoQSW5kZXhUdXJuUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRIQCghxdWVzdGlvbhgDIAEoCRIOCgZhbnN3ZXIYBCABKAkSLQoJdHVybl90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR3YWl0GAYgASgIIoYBChFJbmRleFR1cm5SZXNwb25zZRItCgdvdXRjb21lGAEgASgOMhwubWVtb3JpYS52MS5JbmRleFR1cm5PdXRjb21lEhMKC2NodW5rX2NvdW50GAIgASgFEhEKCXRydW5jYXRlZBgDIAEoCBIaChJpbmRleGVkX2NoYXJfY291bnQYBCABKAUiZwoaU2VhcmNoQ29udmVyc2F0aW9uc1JlcXVlc3QSDQoFcXVlcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEicKBHR1cm4YAyABKAsyGS5tZW1vcmlhLnYxLlR1cm5SZWZlcmVuY2UiQgobU2VhcmNoQ29udmVyc2F0aW9uc1Jlc3BvbnNlEiMKBGhpdHMYASADKAsyFS5tZW1vcmlhLnYxLlNlYXJjaEhpdCLDAQoJU2VhcmNoSGl0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEhMKC2NodW5rX2luZGV4GAMgASgFEgwKBHRleHQYBCABKAkSLQoJdHVybl90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVzY29yZRgGIAEoARIUCgxrZXl3b3JkX3JhbmsYByABKAUSFQoNc2VtYW50aWNfcmFuaxgIIAEoBSI0ChlEZWxldGVDb252ZXJzYXRpb25SZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCSI4ChpEZWxldGVDb252ZXJzYXRpb25SZXNwb25zZRIaChJkZWxldGVkX3R1cm5fY291bnQYASABKAUiMQoZRXJhc2VQcmluY2lwYWxEYXRhUmVxdWVzdBIUCgxwcmluY2lwYWxfaWQYASABKAkidgoaRXJhc2VQcmluY2lwYWxEYXRhUmVzcG9uc2USGgoScmVtb3ZlZF9saW5lX2NvdW50GAEgASgFEhoKEmRlbGV0ZWRfdHVybl9jb3VudBgCIAEoBRIgChhkZWxldGVkX2luc3BlY3Rpb25fY291bnQYAyABKAUiQwoYR2V0VHVybkluc3BlY3Rpb25SZXF1ZXN0EicKBHR1cm4YASABKAsyGS5tZW1vcmlhLnYxLlR1cm5SZWZlcmVuY2UiSwoZR2V0VHVybkluc3BlY3Rpb25SZXNwb25zZRIuCgppbnNwZWN0aW9uGAEgASgLMhoubWVtb3JpYS52MS5UdXJuSW5zcGVjdGlvbiKCAgoOVHVybkluc3BlY3Rpb24SJwoEdHVybhgBIAEoCzIZLm1lbW9yaWEudjEuVHVyblJlZmVyZW5jZRIpCgdyZW5kZXJzGAIgAygLMhgubWVtb3JpYS52MS5SZW5kZXJSZWNvcmQSKgoIc2VhcmNoZXMYAyADKAsyGC5tZW1vcmlhLnYxLlNlYXJjaFJlY29yZBIUCgxjdXJyZW50X2V0YWcYBCABKAkSFQoNYmxvY2tfY2hhbmdlZBgFIAEoCBInCgZ3cml0ZXMYBiADKAsyFy5tZW1vcmlhLnYxLldyaXRlUmVjb3JkEhoKEmZhaWxlZF93cml0ZV9jb3VudBgHIAEoBSLXAQoLV3JpdGVSZWNvcmQSIgoGd3JpdGVyGAEgASgOMhIubWVtb3JpYS52MS5Xcml0ZXISLgoKd3JpdGVfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNcmVtb3ZlZF9saW5lcxgDIAMoCRITCgthZGRlZF9saW5lcxgEIAMoCRIaChJyZW1vdmVkX2xpbmVfY291bnQYBSABKAUSGAoQYWRkZWRfbGluZV9jb3VudBgGIAEoBRISCgpjaGFyX2NvdW50GAcgASgFIngKDFJlbmRlclJlY29yZBIMCgRldGFnGAEgASgJEhIKCmNoYXJfY291bnQYAiABKAUSLwoLcmVuZGVyX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWJsb2NrX2NoYW5nZWQYBCABKAgihgEKDFNlYXJjaFJlY29yZBINCgVxdWVyeRgBIAEoCRIvCgtzZWFyY2hfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIwoEaGl0cxgDIAMoCzIVLm1lbW9yaWEudjEuU2VhcmNoSGl0EhEKCWhpdF9jb3VudBgEIAEoBSJDChpFeHBvcnRQcmluY2lwYWxEYXRhUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJhChtFeHBvcnRQcmluY2lwYWxEYXRhUmVzcG9uc2USKQoHcmVjb3JkcxgBIAMoCzIYLm1lbW9yaWEudjEuRXhwb3J0UmVjb3JkEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKTAgoMRXhwb3J0UmVjb3JkEi4KCHNldHRpbmdzGAEgASgLMhoubWVtb3JpYS52MS5NZW1vcnlTZXR0aW5nc0gAEi8KDG1lbW9yeV9ibG9jaxgCIAEoCzIXLm1lbW9yaWEudjEuTWVtb3J5QmxvY2tIABItCgthdWRpdF9ldmVudBgDIAEoCzIWLm1lbW9yaWEudjEuQXVkaXRFdmVudEgAEigKBHR1cm4YBCABKAsyGC5tZW1vcmlhLnYxLkV4cG9ydGVkVHVybkgAEj8KFGRlbGV0ZWRfY29udmVyc2F0aW9uGAUgASgLMh8ubWVtb3JpYS52MS5EZWxldGVkQ29udmVyc2F0aW9uSABCCAoGcmVjb3JkIoYBCgxFeHBvcnRlZFR1cm4SFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3R1cm5faWQYAiABKAkSLQoJdHVybl90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0ZXh0GAQgASgJEg8KB2luZGV4ZWQYBSABKAgiXwoTRGVsZXRlZENvbnZlcnNhdGlvbhIXCg9jb252ZXJzYXRpb25faWQYASABKAkSLwoLZGVsZXRlX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKqcBChBJbmRleFR1cm5PdXRjb21lEiIKHklOREVYX1RVUk5fT1VUQ09NRV9VTlNQRUNJRklFRBAAEh8KG0lOREVYX1RVUk5fT1VUQ09NRV9BQ0NFUFRFRBABEh4KGklOREVYX1RVUk5fT1VUQ09NRV9JTkRFWEVEEAISLgoqSU5ERVhfVFVSTl9PVVRDT01FX1NLSVBQRURfTUVNT1JZX0RJU0FCTEVEEAMy/wQKGUNvbnZlcnNhdGlvblNlYXJjaFNlcnZpY2USTQoJSW5kZXhUdXJuEhwubWVtb3JpYS52MS5JbmRleFR1cm5SZXF1ZXN0Gh0ubWVtb3JpYS52MS5JbmRleFR1cm5SZXNwb25zZSIDkAICEmsKE1NlYXJjaENvbnZlcnNhdGlvbnMSJi5tZW1vcmlhLnYxLlNlYXJjaENvbnZlcnNhdGlvbnNSZXF1ZXN0GicubWVtb3JpYS52MS5TZWFyY2hDb252ZXJzYXRpb25zUmVzcG9uc2UiA5ACARJoChJEZWxldGVDb252ZXJzYXRpb24SJS5tZW1vcmlhLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlcXVlc3QaJi5tZW1vcmlhLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlc3BvbnNlIgOQAgISaAoSRXJhc2VQcmluY2lwYWxEYXRhEiUubWVtb3JpYS52MS5FcmFzZVByaW5jaXBhbERhdGFSZXF1ZXN0GiYubWVtb3JpYS52MS5FcmFzZVByaW5jaXBhbERhdGFSZXNwb25zZSIDkAICEmUKEUdldFR1cm5JbnNwZWN0aW9uEiQubWVtb3JpYS52MS5HZXRUdXJuSW5zcGVjdGlvblJlcXVlc3QaJS5tZW1vcmlhLnYxLkdldFR1cm5JbnNwZWN0aW9uUmVzcG9uc2UiA5ACARJrChNFeHBvcnRQcmluY2lwYWxEYXRhEiYubWVtb3JpYS52MS5FeHBvcnRQcmluY2lwYWxEYXRhUmVxdWVzdBonLm1lbW9yaWEudjEuRXhwb3J0UHJpbmNpcGFsRGF0YVJlc3BvbnNlIgOQAgFCpAEKDmNvbS5tZW1vcmlhLnYxQh5Db252ZXJzYXRpb25TZWFyY2hTZXJ2aWNlUHJvdG9QAVopbWVtb3JpYS9nZW5lcmF0ZWQvZ28vbWVtb3JpYS92MTttZW1vcmlhdjGiAgNNWFiqAgpNZW1vcmlhLlYxygIKTWVtb3JpYVxWMeICFk1lbW9yaWFcVjFcR1BCTWV0YWRhdGHqAgtNZW1vcmlhOjpWMWIGcHJvdG8z", [file_google_protobuf_timestamp, file_memoria_v1_audit_service, file_memoria_v1_memory_block]);
+  fileDesc("CixtZW1vcmlhL3YxL2NvbnZlcnNhdGlvbl9zZWFyY2hfc2VydmljZS5wcm90bxIKbWVtb3JpYS52MSKbAQoQSW5kZXhUdXJuUmVxdWVzdBIXCg9jb252ZXJzYXRpb25faWQYASABKAkSDwoHdHVybl9pZBgCIAEoCRIQCghxdWVzdGlvbhgDIAEoCRIOCgZhbnN3ZXIYBCABKAkSLQoJdHVybl90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR3YWl0GAYgASgIIoYBChFJbmRleFR1cm5SZXNwb25zZRItCgdvdXRjb21lGAEgASgOMhwubWVtb3JpYS52MS5JbmRleFR1cm5PdXRjb21lEhMKC2NodW5rX2NvdW50GAIgASgFEhEKCXRydW5jYXRlZBgDIAEoCBIaChJpbmRleGVkX2NoYXJfY291bnQYBCABKAUiZwoaU2VhcmNoQ29udmVyc2F0aW9uc1JlcXVlc3QSDQoFcXVlcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEicKBHR1cm4YAyABKAsyGS5tZW1vcmlhLnYxLlR1cm5SZWZlcmVuY2UiQgobU2VhcmNoQ29udmVyc2F0aW9uc1Jlc3BvbnNlEiMKBGhpdHMYASADKAsyFS5tZW1vcmlhLnYxLlNlYXJjaEhpdCLDAQoJU2VhcmNoSGl0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEhMKC2NodW5rX2luZGV4GAMgASgFEgwKBHRleHQYBCABKAkSLQoJdHVybl90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVzY29yZRgGIAEoARIUCgxrZXl3b3JkX3JhbmsYByABKAUSFQoNc2VtYW50aWNfcmFuaxgIIAEoBSI0ChlEZWxldGVDb252ZXJzYXRpb25SZXF1ZXN0EhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCSI4ChpEZWxldGVDb252ZXJzYXRpb25SZXNwb25zZRIaChJkZWxldGVkX3R1cm5fY291bnQYASABKAUiMQoZRXJhc2VQcmluY2lwYWxEYXRhUmVxdWVzdBIUCgxwcmluY2lwYWxfaWQYASABKAkidgoaRXJhc2VQcmluY2lwYWxEYXRhUmVzcG9uc2USGgoScmVtb3ZlZF9saW5lX2NvdW50GAEgASgFEhoKEmRlbGV0ZWRfdHVybl9jb3VudBgCIAEoBRIgChhkZWxldGVkX2luc3BlY3Rpb25fY291bnQYAyABKAUiQwoYR2V0VHVybkluc3BlY3Rpb25SZXF1ZXN0EicKBHR1cm4YASABKAsyGS5tZW1vcmlhLnYxLlR1cm5SZWZlcmVuY2UiSwoZR2V0VHVybkluc3BlY3Rpb25SZXNwb25zZRIuCgppbnNwZWN0aW9uGAEgASgLMhoubWVtb3JpYS52MS5UdXJuSW5zcGVjdGlvbiKCAgoOVHVybkluc3BlY3Rpb24SJwoEdHVybhgBIAEoCzIZLm1lbW9yaWEudjEuVHVyblJlZmVyZW5jZRIpCgdyZW5kZXJzGAIgAygLMhgubWVtb3JpYS52MS5SZW5kZXJSZWNvcmQSKgoIc2VhcmNoZXMYAyADKAsyGC5tZW1vcmlhLnYxLlNlYXJjaFJlY29yZBIUCgxjdXJyZW50X2V0YWcYBCABKAkSFQoNYmxvY2tfY2hhbmdlZBgFIAEoCBInCgZ3cml0ZXMYBiADKAsyFy5tZW1vcmlhLnYxLldyaXRlUmVjb3JkEhoKEmZhaWxlZF93cml0ZV9jb3VudBgHIAEoBSLXAQoLV3JpdGVSZWNvcmQSIgoGd3JpdGVyGAEgASgOMhIubWVtb3JpYS52MS5Xcml0ZXISLgoKd3JpdGVfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNcmVtb3ZlZF9saW5lcxgDIAMoCRITCgthZGRlZF9saW5lcxgEIAMoCRIaChJyZW1vdmVkX2xpbmVfY291bnQYBSABKAUSGAoQYWRkZWRfbGluZV9jb3VudBgGIAEoBRISCgpjaGFyX2NvdW50GAcgASgFIngKDFJlbmRlclJlY29yZBIMCgRldGFnGAEgASgJEhIKCmNoYXJfY291bnQYAiABKAUSLwoLcmVuZGVyX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWJsb2NrX2NoYW5nZWQYBCABKAgihgEKDFNlYXJjaFJlY29yZBINCgVxdWVyeRgBIAEoCRIvCgtzZWFyY2hfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIwoEaGl0cxgDIAMoCzIVLm1lbW9yaWEudjEuU2VhcmNoSGl0EhEKCWhpdF9jb3VudBgEIAEoBSJDChpFeHBvcnRQcmluY2lwYWxEYXRhUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJhChtFeHBvcnRQcmluY2lwYWxEYXRhUmVzcG9uc2USKQoHcmVjb3JkcxgBIAMoCzIYLm1lbW9yaWEudjEuRXhwb3J0UmVjb3JkEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKTAgoMRXhwb3J0UmVjb3JkEi4KCHNldHRpbmdzGAEgASgLMhoubWVtb3JpYS52MS5NZW1vcnlTZXR0aW5nc0gAEi8KDG1lbW9yeV9ibG9jaxgCIAEoCzIXLm1lbW9yaWEudjEuTWVtb3J5QmxvY2tIABItCgthdWRpdF9ldmVudBgDIAEoCzIWLm1lbW9yaWEudjEuQXVkaXRFdmVudEgAEigKBHR1cm4YBCABKAsyGC5tZW1vcmlhLnYxLkV4cG9ydGVkVHVybkgAEj8KFGRlbGV0ZWRfY29udmVyc2F0aW9uGAUgASgLMh8ubWVtb3JpYS52MS5EZWxldGVkQ29udmVyc2F0aW9uSABCCAoGcmVjb3JkIoYBCgxFeHBvcnRlZFR1cm4SFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEg8KB3R1cm5faWQYAiABKAkSLQoJdHVybl90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0ZXh0GAQgASgJEg8KB2luZGV4ZWQYBSABKAgiXwoTRGVsZXRlZENvbnZlcnNhdGlvbhIXCg9jb252ZXJzYXRpb25faWQYASABKAkSLwoLZGVsZXRlX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkEKGExpc3RDb252ZXJzYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJlChlMaXN0Q29udmVyc2F0aW9uc1Jlc3BvbnNlEi8KDWNvbnZlcnNhdGlvbnMYASADKAsyGC5tZW1vcmlhLnYxLkNvbnZlcnNhdGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkixAEKDENvbnZlcnNhdGlvbhIXCg9jb252ZXJzYXRpb25faWQYASABKAkSMwoPZmlyc3RfdHVybl90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5sYXN0X3R1cm5fdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKdHVybl9jb3VudBgEIAEoBRIeChZmaXJzdF9xdWVzdGlvbl9vcGVuaW5nGAUgASgJIl4KHExpc3RDb252ZXJzYXRpb25UdXJuc1JlcXVlc3QSFwoPY29udmVyc2F0aW9uX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJImEKHUxpc3RDb252ZXJzYXRpb25UdXJuc1Jlc3BvbnNlEicKBXR1cm5zGAEgAygLMhgubWVtb3JpYS52MS5FeHBvcnRlZFR1cm4SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJKqcBChBJbmRleFR1cm5PdXRjb21lEiIKHklOREVYX1RVUk5fT1VUQ09NRV9VTlNQRUNJRklFRBAAEh8KG0lOREVYX1RVUk5fT1VUQ09NRV9BQ0NFUFRFRBABEh4KGklOREVYX1RVUk5fT1VUQ09NRV9JTkRFWEVEEAISLgoqSU5ERVhfVFVSTl9PVVRDT01FX1NLSVBQRURfTUVNT1JZX0RJU0FCTEVEEAMy2QYKGUNvbnZlcnNhdGlvblNlYXJjaFNlcnZpY2USTQoJSW5kZXhUdXJuEhwubWVtb3JpYS52MS5JbmRleFR1cm5SZXF1ZXN0Gh0ubWVtb3JpYS52MS5JbmRleFR1cm5SZXNwb25zZSIDkAICEmsKE1NlYXJjaENvbnZlcnNhdGlvbnMSJi5tZW1vcmlhLnYxLlNlYXJjaENvbnZlcnNhdGlvbnNSZXF1ZXN0GicubWVtb3JpYS52MS5TZWFyY2hDb252ZXJzYXRpb25zUmVzcG9uc2UiA5ACARJoChJEZWxldGVDb252ZXJzYXRpb24SJS5tZW1vcmlhLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlcXVlc3QaJi5tZW1vcmlhLnYxLkRlbGV0ZUNvbnZlcnNhdGlvblJlc3BvbnNlIgOQAgISaAoSRXJhc2VQcmluY2lwYWxEYXRhEiUubWVtb3JpYS52MS5FcmFzZVByaW5jaXBhbERhdGFSZXF1ZXN0GiYubWVtb3JpYS52MS5FcmFzZVByaW5jaXBhbERhdGFSZXNwb25zZSIDkAICEmUKEUdldFR1cm5JbnNwZWN0aW9uEiQubWVtb3JpYS52MS5HZXRUdXJuSW5zcGVjdGlvblJlcXVlc3QaJS5tZW1vcmlhLnYxLkdldFR1cm5JbnNwZWN0aW9uUmVzcG9uc2UiA5ACARJrChNFeHBvcnRQcmluY2lwYWxEYXRhEiYubWVtb3JpYS52MS5FeHBvcnRQcmluY2lwYWxEYXRhUmVxdWVzdBonLm1lbW9yaWEudjEuRXhwb3J0UHJpbmNpcGFsRGF0YVJlc3BvbnNlIgOQAgESZQoRTGlzdENvbnZlcnNhdGlvbnMSJC5tZW1vcmlhLnYxLkxpc3RDb252ZXJzYXRpb25zUmVxdWVzdBolLm1lbW9yaWEudjEuTGlzdENvbnZlcnNhdGlvbnNSZXNwb25zZSIDkAIBEnEKFUxpc3RDb252ZXJzYXRpb25UdXJucxIoLm1lbW9yaWEudjEuTGlzdENvbnZlcnNhdGlvblR1cm5zUmVxdWVzdBopLm1lbW9yaWEudjEuTGlzdENvbnZlcnNhdGlvblR1cm5zUmVzcG9uc2UiA5ACAUKkAQoOY29tLm1lbW9yaWEudjFCHkNvbnZlcnNhdGlvblNlYXJjaFNlcnZpY2VQcm90b1ABWiltZW1vcmlhL2dlbmVyYXRlZC9nby9tZW1vcmlhL3YxO21lbW9yaWF2MaICA01YWKoCCk1lbW9yaWEuVjHKAgpNZW1vcmlhXFYx4gIWTWVtb3JpYVxWMVxHUEJNZXRhZGF0YeoCC01lbW9yaWE6OlYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_memoria_v1_audit_service, file_memoria_v1_memory_block]);
 
 /**
  * IndexTurnRequest is one finished turn of a conversation.
@@ -834,6 +834,189 @@ export const DeletedConversationSchema: GenMessage<DeletedConversation> = /*@__P
   messageDesc(file_memoria_v1_conversation_search_service, 19);
 
 /**
+ * ListConversationsRequest asks for one page of the caller's conversations.
+ *
+ * @generated from message memoria.v1.ListConversationsRequest
+ */
+export type ListConversationsRequest = Message<"memoria.v1.ListConversationsRequest"> & {
+  /**
+   * Maximum number of conversations to return. 0 means the default (50);
+   * larger than 500 is capped at 500; negative is invalid.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the previous call. Empty for the first page.
+   * Tokens are opaque, signed by the server and bound to the caller; any
+   * other value fails with INVALID_ARGUMENT (ERROR_REASON_INVALID_PAGE_TOKEN).
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message memoria.v1.ListConversationsRequest.
+ * Use `create(ListConversationsRequestSchema)` to create a new message.
+ */
+export const ListConversationsRequestSchema: GenMessage<ListConversationsRequest> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 20);
+
+/**
+ * ListConversationsResponse is one page of the caller's conversations.
+ *
+ * @generated from message memoria.v1.ListConversationsResponse
+ */
+export type ListConversationsResponse = Message<"memoria.v1.ListConversationsResponse"> & {
+  /**
+   * The conversations of this page, newest last turn first.
+   *
+   * @generated from field: repeated memoria.v1.Conversation conversations = 1;
+   */
+  conversations: Conversation[];
+
+  /**
+   * Token for the next page; empty only on the last page. A conversation
+   * that receives a turn while the caller pages moves to the front and is
+   * not listed again further on.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message memoria.v1.ListConversationsResponse.
+ * Use `create(ListConversationsResponseSchema)` to create a new message.
+ */
+export const ListConversationsResponseSchema: GenMessage<ListConversationsResponse> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 21);
+
+/**
+ * Conversation summarizes one of the caller's conversations.
+ *
+ * @generated from message memoria.v1.Conversation
+ */
+export type Conversation = Message<"memoria.v1.Conversation"> & {
+  /**
+   * The caller's id of the conversation (as sent to IndexTurn).
+   *
+   * @generated from field: string conversation_id = 1;
+   */
+  conversationId: string;
+
+  /**
+   * The earliest `turn_time` of its turns.
+   *
+   * @generated from field: google.protobuf.Timestamp first_turn_time = 2;
+   */
+  firstTurnTime?: Timestamp | undefined;
+
+  /**
+   * The latest `turn_time` of its turns.
+   *
+   * @generated from field: google.protobuf.Timestamp last_turn_time = 3;
+   */
+  lastTurnTime?: Timestamp | undefined;
+
+  /**
+   * Number of its turns held (indexed or waiting to be indexed), at least 1.
+   *
+   * @generated from field: int32 turn_count = 4;
+   */
+  turnCount: number;
+
+  /**
+   * The opening of its first turn's question (the turn with the earliest
+   * `turn_time`): at most 100 characters (Unicode code points) of the
+   * question, sanitized and with credentials replaced as the indexed text
+   * is, runs of whitespace joined into one space. Empty when that turn had
+   * no question, or was accepted by a release before this field.
+   *
+   * @generated from field: string first_question_opening = 5;
+   */
+  firstQuestionOpening: string;
+};
+
+/**
+ * Describes the message memoria.v1.Conversation.
+ * Use `create(ConversationSchema)` to create a new message.
+ */
+export const ConversationSchema: GenMessage<Conversation> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 22);
+
+/**
+ * ListConversationTurnsRequest asks for one page of one conversation's turns.
+ *
+ * @generated from message memoria.v1.ListConversationTurnsRequest
+ */
+export type ListConversationTurnsRequest = Message<"memoria.v1.ListConversationTurnsRequest"> & {
+  /**
+   * The conversation to read: 1 to 128 characters, no control characters.
+   *
+   * @generated from field: string conversation_id = 1;
+   */
+  conversationId: string;
+
+  /**
+   * Maximum number of turns to return. 0 means the default (20); larger
+   * than 100 is capped at 100; negative is invalid.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the previous call. Empty for the first page.
+   * Tokens are opaque, signed by the server and bound to the caller and the
+   * conversation; any other value fails with INVALID_ARGUMENT
+   * (ERROR_REASON_INVALID_PAGE_TOKEN).
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message memoria.v1.ListConversationTurnsRequest.
+ * Use `create(ListConversationTurnsRequestSchema)` to create a new message.
+ */
+export const ListConversationTurnsRequestSchema: GenMessage<ListConversationTurnsRequest> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 23);
+
+/**
+ * ListConversationTurnsResponse is one page of a conversation's turns.
+ *
+ * @generated from message memoria.v1.ListConversationTurnsResponse
+ */
+export type ListConversationTurnsResponse = Message<"memoria.v1.ListConversationTurnsResponse"> & {
+  /**
+   * The turns of this page, oldest first, each with the text held for it
+   * (as in the export). A turn whose chunks left the index meanwhile is
+   * left out.
+   *
+   * @generated from field: repeated memoria.v1.ExportedTurn turns = 1;
+   */
+  turns: ExportedTurn[];
+
+  /**
+   * Token for the next page; empty only on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message memoria.v1.ListConversationTurnsResponse.
+ * Use `create(ListConversationTurnsResponseSchema)` to create a new message.
+ */
+export const ListConversationTurnsResponseSchema: GenMessage<ListConversationTurnsResponse> = /*@__PURE__*/
+  messageDesc(file_memoria_v1_conversation_search_service, 24);
+
+/**
  * IndexTurnOutcome says what IndexTurn did with a turn.
  *
  * @generated from enum memoria.v1.IndexTurnOutcome
@@ -987,6 +1170,37 @@ export const ConversationSearchService: GenService<{
     methodKind: "unary";
     input: typeof ExportPrincipalDataRequestSchema;
     output: typeof ExportPrincipalDataResponseSchema;
+  },
+  /**
+   * ListConversations lists the caller's conversations, newest first: by the
+   * time of each conversation's last turn, ties in a fixed order that stays
+   * the same from page to page. Each entry gives the first and last turn
+   * times, the number of turns and the opening of the first question, so a
+   * settings screen can list thousands of turns' conversations without
+   * reading their text (ListConversationTurns reads one). Only the caller's
+   * own turns, indexed or still queued; deleted conversations are never
+   * listed, and an erased principal's list is empty.
+   *
+   * @generated from rpc memoria.v1.ConversationSearchService.ListConversations
+   */
+  listConversations: {
+    methodKind: "unary";
+    input: typeof ListConversationsRequestSchema;
+    output: typeof ListConversationsResponseSchema;
+  },
+  /**
+   * ListConversationTurns returns the turns of one of the caller's
+   * conversations with their text, oldest first (by turn time, ties in a
+   * fixed order), paged. The caller's own conversations only: an unknown,
+   * deleted or other principal's conversation id has no turns (an empty
+   * page, not an error).
+   *
+   * @generated from rpc memoria.v1.ConversationSearchService.ListConversationTurns
+   */
+  listConversationTurns: {
+    methodKind: "unary";
+    input: typeof ListConversationTurnsRequestSchema;
+    output: typeof ListConversationTurnsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_memoria_v1_conversation_search_service, 0);
