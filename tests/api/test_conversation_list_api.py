@@ -7,6 +7,7 @@ never a deleted conversation, nothing after an erasure."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import grpc
 
@@ -126,10 +127,9 @@ def test_page_tokens_and_sizes_are_checked(api: Api) -> None:
         (api.who("ana", tenant=api.tenant + "-other"), token),
         (ana, turns_token),  # a token of another listing
     ):
+        request = pb.ListConversationsRequest(page_token=bad)
         error = expect_error(
-            lambda who=who, bad=bad: api.search.ListConversations(
-                pb.ListConversationsRequest(page_token=bad), metadata=who
-            ),
+            partial(api.search.ListConversations, request, metadata=who),
             grpc.StatusCode.INVALID_ARGUMENT,
             "ERROR_REASON_INVALID_PAGE_TOKEN",
         )
@@ -244,11 +244,9 @@ def test_conversation_turns_requests_are_checked(api: Api) -> None:
     )
     assert set(field_violations(error)) == {"conversation_id", "page_size"}
     for who, name in ((bob, "c1"), (ana, "c2")):  # bound to the caller and the conversation
+        request = pb.ListConversationTurnsRequest(conversation_id=name, page_token=token)
         expect_error(
-            lambda who=who, name=name: api.search.ListConversationTurns(
-                pb.ListConversationTurnsRequest(conversation_id=name, page_token=token),
-                metadata=who,
-            ),
+            partial(api.search.ListConversationTurns, request, metadata=who),
             grpc.StatusCode.INVALID_ARGUMENT,
             "ERROR_REASON_INVALID_PAGE_TOKEN",
         )
