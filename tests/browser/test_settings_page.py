@@ -190,6 +190,8 @@ def test_conversations_inspector_delete_and_erase(person: Person) -> None:
     page = person.open()
     conversation = page.locator("#conversations li[data-conversation='c-1']")
     expect(conversation).to_contain_text("1 turn")
+    expect(conversation.locator(".title")).to_have_text("Which account did the refund go to?")
+    conversation.locator("button.open-conversation").click()
     conversation.locator("button.inspect").click()
     expect(page.locator("#inspection")).to_be_visible()
     expect(page.locator("#inspection .render")).to_contain_text("22 characters (the same as now)")
@@ -213,3 +215,70 @@ def test_conversations_inspector_delete_and_erase(person: Person) -> None:
     assert _stored(person).etag == ""
     events = api.audit.ListAuditEvents(audit_pb.ListAuditEventsRequest(), metadata=person.who)
     assert events.events[0].action == audit_pb.AUDIT_ACTION_PRINCIPAL_DATA_ERASED
+
+
+def _turn(person: Person, conversation: str, turn: str, seconds: int, question: str) -> None:
+    person.api.search.IndexTurn(
+        search_pb.IndexTurnRequest(
+            conversation_id=conversation,
+            turn_id=turn,
+            question=question,
+            answer=f"Answer to {question}",
+            turn_time=Timestamp(seconds=seconds),
+        ),
+        metadata=person.who,
+    )
+
+
+def test_conversations_listed_newest_first_and_read(person: Person) -> None:
+    day = 86_400
+    start = 1_793_000_000  # 2026-10-26
+    # 21 conversations (one more than a page), one a day; c-05 gets a later turn with markup.
+    for n in range(21):
+        _turn(person, f"c-{n:02}", "1", start + n * day, f"Question number {n}")
+    _turn(person, "c-05", "2", start + 30 * day, "<img src=x onerror=alert(1)> still text?")
+    page = person.open()
+    items = page.locator("#conversations > li")
+    expect(items).to_have_count(20)
+    titles = items.locator(".title")
+    expect(titles.first).to_have_text("Question number 5")  # its last turn is the newest
+    expect(titles.nth(1)).to_have_text("Question number 20")
+    expect(titles.nth(19)).to_have_text("Question number 1")
+    newest = page.locator("#conversations li[data-conversation='c-05']")
+    expect(newest).to_contain_text("2 turns")
+    started = page.evaluate(f"new Date({(start + 5 * day) * 1000}).toLocaleDateString()")
+    expect(newest.locator(".conversation-head")).to_contain_text(started)
+    # The next page: the oldest.
+    page.click("#conversations-more")
+    expect(items).to_have_count(21)
+    expect(titles.nth(20)).to_have_text("Question number 0")
+    expect(page.locator("#conversations-more")).to_be_hidden()
+
+    # Open the newest: its turns oldest first, as text (the markup is not an element).
+    newest.locator("button.open-conversation").click()
+    expect(newest.locator("button.open-conversation")).to_have_attribute("aria-expanded", "true")
+    turns = newest.locator(".turn")
+    expect(turns).to_have_count(2)
+    expect(turns.nth(0).locator(".turn-text")).to_have_text(
+        "Question number 5\n\nAnswer to Question number 5"
+    )
+    expect(turns.nth(1).locator(".turn-text")).to_contain_text("<img src=x onerror=alert(1)>")
+    assert newest.locator(".turn-text img").count() == 0
+    newest.locator(".turn[data-turn='2'] button.inspect").click()
+    expect(page.locator("#inspection-title")).to_have_text("What turn 2 of c-05 used")
+    newest.locator("button.open-conversation").click()
+    expect(newest.locator(".turns")).to_be_hidden()
+
+
+def test_a_long_conversation_reads_page_by_page(person: Person) -> None:
+    for n in range(23):
+        _turn(person, "long", f"t{n:02}", 1_793_000_000 + n * 60, f"Step {n}")
+    page = person.open()
+    conversation = page.locator("#conversations li[data-conversation='long']")
+    expect(conversation).to_contain_text("23 turns")
+    conversation.locator("button.open-conversation").click()
+    expect(conversation.locator(".turn")).to_have_count(20)
+    conversation.locator("button.more-turns").click()
+    expect(conversation.locator(".turn")).to_have_count(23)
+    expect(conversation.locator(".turn").last).to_have_attribute("data-turn", "t22")
+    expect(conversation.locator("button.more-turns")).to_have_count(0)

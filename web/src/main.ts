@@ -1,7 +1,8 @@
 /**
  * The settings page (DESIGN 2, issue 12): the person sees and edits the exact text the prompt
  * carries, with its count against the limit as they type; turns memory off; reads who changed
- * it and when; deletes past conversations or everything. It calls the same contract as every
+ * it and when; lists past conversations (newest first, titled by their first question) and
+ * reads or deletes one; deletes everything. It calls the same contract as every
  * other client, over Connect from the server's HTTP port (server/rpc/web.py).
  *
  * Each line of the saved memory says where it came from (when it was added, by the assistant or
@@ -19,6 +20,7 @@ import { createConnectTransport } from "@connectrpc/connect-web";
 import { charCount } from "../../clients/ts/src/charcount.js";
 import { AuditAction, AuditService, type AuditEvent } from "../../generated/ts/memoria/v1/audit_service_pb.js";
 import {
+  type Conversation,
   ConversationSearchService,
   type ExportedTurn,
   type TurnInspection,
@@ -79,6 +81,7 @@ const conversations = createClient(ConversationSearchService, transport);
 let baseline = { etag: "", text: "" };
 let charLimit = 0;
 let auditPageToken = "";
+let conversationPageToken = "";
 
 function say(text: string, isError = false): void {
   const message = $("message");
@@ -300,50 +303,54 @@ async function loadAudit(fromStart: boolean): Promise<void> {
   }
 }
 
-/** Past conversations, from the caller's own export (there is no list RPC: the export is the
- * one call that returns every turn the caller has; a person has few enough to page through). */
-async function loadConversations(): Promise<void> {
-  const turns = new Map<string, ExportedTurn[]>();
+/** Past conversations, newest first, a page at a time (ListConversations): each titled by the
+ * opening of its first question with its date, without reading any turn's text. */
+async function loadConversations(fromStart: boolean): Promise<void> {
+  if (fromStart) conversationPageToken = "";
   const list = $("conversations");
   try {
-    let pageToken = "";
-    do {
-      const page = await conversations.exportPrincipalData({ pageSize: 200, pageToken });
-      for (const record of page.records) {
-        if (record.record.case === "turn") {
-          const turn = record.record.value;
-          turns.set(turn.conversationId, [...(turns.get(turn.conversationId) ?? []), turn]);
-        }
-      }
-      pageToken = page.nextPageToken;
-    } while (pageToken !== "");
+    const page = await conversations.listConversations({ pageSize: 20, pageToken: conversationPageToken });
+    if (fromStart) list.replaceChildren();
+    for (const conversation of page.conversations) list.append(conversationItem(conversation));
+    if (fromStart && page.conversations.length === 0) list.append(element("li", "No past conversations."));
+    conversationPageToken = page.nextPageToken;
+    $("conversations-more").hidden = conversationPageToken === "";
   } catch (error) {
     list.replaceChildren(element("li", describe(error)));
-    return;
-  }
-  list.replaceChildren();
-  if (turns.size === 0) list.append(element("li", "No past conversations."));
-  for (const [conversationId, ofConversation] of turns) {
-    list.append(conversationItem(conversationId, ofConversation));
+    $("conversations-more").hidden = true;
   }
 }
 
-function conversationItem(conversationId: string, turns: ExportedTurn[]): HTMLElement {
+/** How a conversation is titled: the opening of its first question (the server cuts it at 100
+ * characters), else its id. */
+function conversationTitle(conversation: Conversation): string {
+  const opening = conversation.firstQuestionOpening;
+  if (opening === "") return `Conversation ${conversation.conversationId}`;
+  return opening.length >= 100 ? `${opening}…` : opening;
+}
+
+function conversationItem(conversation: Conversation): HTMLElement {
+  const { conversationId, turnCount } = conversation;
   const item = element("li");
   item.dataset["conversation"] = conversationId;
-  const first = turns[0]?.text.split("\n", 1)[0] ?? "";
+  const started = conversation.firstTurnTime ? timestampDate(conversation.firstTurnTime).toLocaleDateString() : "";
+  const head = element("div", "", "conversation-head");
+  head.append(element("strong", conversationTitle(conversation), "title"), ` · ${started}`);
   item.append(
-    element("strong", conversationId),
-    ` · ${turns.length} turn${turns.length === 1 ? "" : "s"} · ${when(turns.at(-1)?.turnTime)}`,
-    element("div", first.length > 160 ? `${first.slice(0, 160)}…` : first, "hint"),
+    head,
+    element("div", `${turnCount} turn${turnCount === 1 ? "" : "s"} · last ${when(conversation.lastTurnTime)}`, "hint"),
   );
-  for (const turn of turns) {
-    const inspect = element("button", `What turn ${turn.turnId} used`);
-    inspect.className = "inspect";
-    inspect.dataset["turn"] = turn.turnId;
-    inspect.addEventListener("click", () => void inspectTurn(conversationId, turn.turnId));
-    item.append(inspect);
-  }
+  const turns = element("div", "", "turns");
+  turns.hidden = true;
+  const open = element("button", "Read", "open-conversation");
+  open.setAttribute("aria-expanded", "false");
+  open.addEventListener("click", async () => {
+    const opening = turns.hidden;
+    if (opening) await loadTurns(conversationId, turns, true);
+    turns.hidden = !opening;
+    open.textContent = opening ? "Hide" : "Read";
+    open.setAttribute("aria-expanded", String(opening));
+  });
   const remove = element("button", "Delete this conversation", "danger");
   remove.classList.add("delete-conversation");
   let armed = false;
@@ -362,8 +369,44 @@ function conversationItem(conversationId: string, turns: ExportedTurn[]): HTMLEl
       say(describe(error), true);
     }
   });
-  item.append(remove);
+  item.append(open, remove, turns);
   return item;
+}
+
+/** One conversation's turns, oldest first, a page at a time (ListConversationTurns): each turn's
+ * text as the server holds it, shown as text only, with its inspector one click away. */
+async function loadTurns(conversationId: string, into: HTMLElement, fromStart: boolean, pageToken = ""): Promise<void> {
+  let page;
+  try {
+    page = await conversations.listConversationTurns({ conversationId, pageSize: 20, pageToken });
+  } catch (error) {
+    say(describe(error), true);
+    return;
+  }
+  if (fromStart) into.replaceChildren();
+  into.querySelector(".more-turns")?.remove();
+  if (fromStart && page.turns.length === 0) into.append(element("p", "This conversation holds no turns any more."));
+  for (const turn of page.turns) into.append(turnItem(conversationId, turn));
+  if (page.nextPageToken !== "") {
+    const more = element("button", "Show later turns", "more-turns");
+    const token = page.nextPageToken;
+    more.addEventListener("click", () => void loadTurns(conversationId, into, false, token));
+    into.append(more);
+  }
+}
+
+function turnItem(conversationId: string, turn: ExportedTurn): HTMLElement {
+  const block = element("article", "", "turn");
+  block.dataset["turn"] = turn.turnId;
+  block.append(
+    element("div", `Turn ${turn.turnId} · ${when(turn.turnTime)}${turn.indexed ? "" : " · waiting to be indexed"}`, "hint"),
+    element("p", turn.text, "turn-text"),
+  );
+  const inspect = element("button", `What turn ${turn.turnId} used`, "inspect");
+  inspect.dataset["turn"] = turn.turnId;
+  inspect.addEventListener("click", () => void inspectTurn(conversationId, turn.turnId));
+  block.append(inspect);
+  return block;
 }
 
 /** The inspector: which memory version the turn rendered and which searches it made. */
@@ -452,7 +495,7 @@ async function loadEverything(): Promise<void> {
   }
   $("account").hidden = false;
   await loadAudit(true);
-  await loadConversations();
+  await loadConversations(true);
 }
 
 function showMode(): void {
@@ -498,6 +541,7 @@ function start(): void {
     void setEnabled((event.target as HTMLInputElement).checked);
   });
   $("audit-more").addEventListener("click", () => void loadAudit(false));
+  $("conversations-more").addEventListener("click", () => void loadConversations(false));
   $("erase").addEventListener("click", () => ($("erase-confirm").hidden = false));
   $("erase-no").addEventListener("click", () => ($("erase-confirm").hidden = true));
   $("erase-yes").addEventListener("click", () => void eraseAll());
