@@ -200,6 +200,12 @@ def _inspector(out: str) -> None:
     assert [s["query"] for s in inspection["searches"]] == ["acct-4821"]
 
 
+def _conversations(out: str) -> None:
+    assert '"first_question_opening": "Which account got the refund?"' in out, "the list"
+    assert '"turn_count": 1' in out, "the list's count"
+    assert '"text": "Which account got the refund?\\n\\nacct-4821, on Monday."' in out, "the turn"
+
+
 def _export(out: str) -> None:
     header = '{"kind": "header", "format": "memoria-export/1"}'
     assert header in out.splitlines(), "the header"
@@ -223,6 +229,7 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "qdrant": _qdrant,
     "reindex": _reindex,
     "inspector": _inspector,
+    "conversations": _conversations,
     "export": _export,
 }
 """The assertions a `{check: NAME}` block's output must pass, by NAME."""
