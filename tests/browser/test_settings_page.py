@@ -278,7 +278,8 @@ def test_a_long_conversation_reads_page_by_page(person: Person) -> None:
     expect(conversation).to_contain_text("23 turns")
     conversation.locator("button.open-conversation").click()
     expect(conversation.locator(".turn")).to_have_count(20)
-    conversation.locator("button.more-turns").click()
+    conversation.locator("button.more-turns").press("Enter")  # from the keyboard
     expect(conversation.locator(".turn")).to_have_count(23)
+    expect(conversation.locator(".turn[data-turn='t20'] button.inspect")).to_be_focused()
     expect(conversation.locator(".turn").last).to_have_attribute("data-turn", "t22")
     expect(conversation.locator("button.more-turns")).to_have_count(0)

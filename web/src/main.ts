@@ -346,7 +346,7 @@ function conversationItem(conversation: Conversation): HTMLElement {
   open.setAttribute("aria-expanded", "false");
   open.addEventListener("click", async () => {
     const opening = turns.hidden;
-    if (opening) await loadTurns(conversationId, turns, true);
+    if (opening && !(await loadTurns(conversationId, turns, true))) return;
     turns.hidden = !opening;
     open.textContent = opening ? "Hide" : "Read";
     open.setAttribute("aria-expanded", String(opening));
@@ -374,25 +374,30 @@ function conversationItem(conversation: Conversation): HTMLElement {
 }
 
 /** One conversation's turns, oldest first, a page at a time (ListConversationTurns): each turn's
- * text as the server holds it, shown as text only, with its inspector one click away. */
-async function loadTurns(conversationId: string, into: HTMLElement, fromStart: boolean, pageToken = ""): Promise<void> {
+ * text as the server holds it, shown as text only, with its inspector one click away. False
+ * when the call failed (the message says why). */
+async function loadTurns(conversationId: string, into: HTMLElement, fromStart: boolean, pageToken = ""): Promise<boolean> {
   let page;
   try {
     page = await conversations.listConversationTurns({ conversationId, pageSize: 20, pageToken });
   } catch (error) {
     say(describe(error), true);
-    return;
+    return false;
   }
   if (fromStart) into.replaceChildren();
   into.querySelector(".more-turns")?.remove();
   if (fromStart && page.turns.length === 0) into.append(element("p", "This conversation holds no turns any more."));
-  for (const turn of page.turns) into.append(turnItem(conversationId, turn));
+  const added = page.turns.map((turn) => turnItem(conversationId, turn));
+  into.append(...added);
+  // "Show later turns" is gone: keep keyboard focus in the conversation, on the first new turn.
+  if (!fromStart) added[0]?.querySelector<HTMLElement>("button.inspect")?.focus();
   if (page.nextPageToken !== "") {
     const more = element("button", "Show later turns", "more-turns");
     const token = page.nextPageToken;
     more.addEventListener("click", () => void loadTurns(conversationId, into, false, token));
     into.append(more);
   }
+  return true;
 }
 
 function turnItem(conversationId: string, turn: ExportedTurn): HTMLElement {
