@@ -363,7 +363,8 @@ class _Batch:
 
 
 def _stored(rows: Sequence[Any]) -> list[StoredTurn]:
-    """Rows of (row id, conversation, turn, time, text, status) as the export reads them."""
+    """Rows of (row id, conversation, turn, time, text, status) as turns to read (the export,
+    ListConversationTurns): an indexed turn's text is in the chunk index, not here."""
     return [
         StoredTurn(
             row_id=row_id,
