@@ -122,17 +122,18 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 # harness.py, procs.py and search_corpus.py sit beside this script (its folder is on sys.path).
-from harness import seeded_block
+from harness import Backlog, PostgresBacklog, SqliteBacklog, drain, seeded_block
 from procs import (
     HOST,
     BudgetExceeded,
     Interrupted,
+    Memory,
     ServerProcess,
     failure_outcome,
     machine_line,
@@ -491,101 +492,9 @@ def run_schedule(client: Client, rates: dict[str, float], phase: str, seconds: f
 
 
 # --------------------------------------------------------------------------------------------
-# The server's state: memory, CPU, threads and the indexing backlog
+# The server's state: memory, CPU, threads and the indexing backlog (Memory in procs.py,
+# the backlogs in harness.py)
 # --------------------------------------------------------------------------------------------
-
-
-class Backlog(Protocol):
-    """Turn counts by status (pending, indexed, failed) for the run's tenants, read-only."""
-
-    description: str
-
-    def counts(self) -> Counter[str]: ...
-
-    def close(self) -> None: ...
-
-
-class SqliteBacklog:
-    """The embedded default's SQLite file, opened read-only (``mode=ro``)."""
-
-    def __init__(self, path: Path, tenant_prefix: str) -> None:
-        self.description = f"the server's SQLite file, opened read-only ({path.name}, mode=ro)"
-        self._path = path
-        self._prefix = tenant_prefix
-        self._conn: sqlite3.Connection | None = None
-
-    def counts(self) -> Counter[str]:
-        if self._conn is None:
-            uri = f"file:{self._path}?mode=ro"
-            self._conn = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
-        rows = self._conn.execute(
-            "SELECT status, count(*) FROM conversation_turns WHERE tenant_id LIKE ? "
-            "GROUP BY status",
-            (self._prefix + "%",),
-        ).fetchall()
-        return Counter({str(s): int(n) for s, n in rows})
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-
-
-class PostgresBacklog:
-    """PostgreSQL as the service role: a READ ONLY transaction, tenant set for RLS."""
-
-    def __init__(self, url: str, tenants: Sequence[str]) -> None:
-        self.description = (
-            "PostgreSQL as the service role (--database-url), a READ ONLY transaction with "
-            "app.tenant_id set per tenant (row-level security in force)"
-        )
-        self._engine = create_engine(url, pool_size=1, max_overflow=0)
-        self._tenants = list(tenants)
-
-    def counts(self) -> Counter[str]:
-        total: Counter[str] = Counter()
-        with self._engine.connect() as conn, conn.begin():
-            conn.execute(text("SET TRANSACTION READ ONLY"))
-            for tenant in self._tenants:
-                conn.execute(text("SELECT set_config('app.tenant_id', :t, true)"), {"t": tenant})
-                rows = conn.execute(
-                    text(
-                        "SELECT status, count(*) FROM conversation_turns WHERE tenant_id = :t "
-                        "GROUP BY status"
-                    ),
-                    {"t": tenant},
-                ).all()
-                total.update({str(s): int(n) for s, n in rows})
-        return total
-
-    def close(self) -> None:
-        self._engine.dispose()
-
-
-@dataclass(frozen=True)
-class Memory:
-    """A process's resident memory in MiB (from /proc/<pid>/status): the total (VmRSS) and
-    its anonymous part (heap, arenas: where a leak shows) and file-backed part (mapped files,
-    such as the embedded engine's segments and the model: grows with the data, reclaimable)."""
-
-    rss: float
-    anon: float
-    file: float
-
-    @classmethod
-    def of(cls, pid: int) -> Memory:
-        """Read now; nan once the process is gone."""
-        status = Path(f"/proc/{pid}/status")
-        fields: dict[str, float] = {}
-        for line in status.read_text().splitlines() if status.exists() else []:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
-                fields[key] = int(value.split()[0]) / 1024  # kB
-        nan = float("nan")
-        return cls(
-            fields.get("VmRSS", nan),
-            fields.get("RssAnon", nan),
-            fields.get("RssFile", nan) + fields.get("RssShmem", 0.0),
-        )
 
 
 @dataclass(frozen=True)
@@ -645,18 +554,6 @@ class Sampler:
 # --------------------------------------------------------------------------------------------
 # After the load: drain, searchability, cleanup
 # --------------------------------------------------------------------------------------------
-
-
-def drain(backlog: Backlog, timeout_s: float) -> tuple[Counter[str], float | None]:
-    """Wait until no turn is pending (bounded); (final counts, seconds taken or None)."""
-    started = time.perf_counter()
-    while True:
-        counts = backlog.counts()
-        if not counts["pending"]:
-            return counts, time.perf_counter() - started
-        if time.perf_counter() - started > timeout_s:
-            return counts, None
-        time.sleep(0.2)
 
 
 def check_searchable(client: Client, deadline: float) -> tuple[int, list[str]]:

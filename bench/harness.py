@@ -7,7 +7,9 @@ Every benchmark that drives memory block RPCs against a real server imports thes
 - the databases: `postgres_database` (a fresh database on the benchmark's PostgreSQL) and
   `sqlite_database` (the embedded default in a temporary data dir);
 - the calls: `Rpc`, `rpcs` (no-op, get, render, rewrite), `rpc_args`, `run_ghz`,
-  `ghz_version`, and `check_answers` (the seed is visible before anything is measured).
+  `ghz_version`, and `check_answers` (the seed is visible before anything is measured);
+- the indexing backlog, read from the server's own data: `SqliteBacklog`, `PostgresBacklog`
+  and `drain` (the public API has no call for it).
 
 PostgreSQL for figures is durable: `bench_pg_urls` starts (or finds) a cluster of the
 benchmarks' own under `.pg-bench/` through `scripts/pg.sh` with MEMORIA_PG_DURABLE=1, so
@@ -27,17 +29,19 @@ import json
 import os
 import random
 import secrets
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import zlib
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from procs import HOST, parent_pid
@@ -381,6 +385,84 @@ def sqlite_database(population: Population) -> Iterator[Database]:
             f"SQLite {version} (embedded default, WAL) in {data_dir}; seeded in {seeded_s:.1f}s",
             sqlite_url(data_dir),
         )
+
+
+class Backlog(Protocol):
+    """Turn counts by status (pending, indexed, failed) for the run's tenants, read-only."""
+
+    description: str
+
+    def counts(self) -> Counter[str]: ...
+
+    def close(self) -> None: ...
+
+
+class SqliteBacklog:
+    """The embedded default's SQLite file, opened read-only (``mode=ro``)."""
+
+    def __init__(self, path: Path, tenant_prefix: str) -> None:
+        self.description = f"the server's SQLite file, opened read-only ({path.name}, mode=ro)"
+        self._path = path
+        self._prefix = tenant_prefix
+        self._conn: sqlite3.Connection | None = None
+
+    def counts(self) -> Counter[str]:
+        if self._conn is None:
+            uri = f"file:{self._path}?mode=ro"
+            self._conn = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
+        rows = self._conn.execute(
+            "SELECT status, count(*) FROM conversation_turns WHERE tenant_id LIKE ? "
+            "GROUP BY status",
+            (self._prefix + "%",),
+        ).fetchall()
+        return Counter({str(s): int(n) for s, n in rows})
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+
+class PostgresBacklog:
+    """PostgreSQL as the service role: a READ ONLY transaction, tenant set for RLS."""
+
+    def __init__(self, url: str, tenants: Sequence[str]) -> None:
+        self.description = (
+            "PostgreSQL as the service role (--database-url), a READ ONLY transaction with "
+            "app.tenant_id set per tenant (row-level security in force)"
+        )
+        self._engine = create_engine(url, pool_size=1, max_overflow=0)
+        self._tenants = list(tenants)
+
+    def counts(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        with self._engine.connect() as conn, conn.begin():
+            conn.execute(text("SET TRANSACTION READ ONLY"))
+            for tenant in self._tenants:
+                conn.execute(text("SELECT set_config('app.tenant_id', :t, true)"), {"t": tenant})
+                rows = conn.execute(
+                    text(
+                        "SELECT status, count(*) FROM conversation_turns WHERE tenant_id = :t "
+                        "GROUP BY status"
+                    ),
+                    {"t": tenant},
+                ).all()
+                total.update({str(s): int(n) for s, n in rows})
+        return total
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+
+def drain(backlog: Backlog, timeout_s: float) -> tuple[Counter[str], float | None]:
+    """Wait until no turn is pending (bounded); (final counts, seconds taken or None)."""
+    started = time.perf_counter()
+    while True:
+        counts = backlog.counts()
+        if not counts["pending"]:
+            return counts, time.perf_counter() - started
+        if time.perf_counter() - started > timeout_s:
+            return counts, None
+        time.sleep(0.2)
 
 
 # --------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -140,6 +141,33 @@ def process_tree_cpu_seconds(root: int) -> float:
         except (OSError, IndexError, ValueError):
             continue  # exited meanwhile
     return total
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A process's resident memory in MiB (from /proc/<pid>/status): the total (VmRSS) and
+    its anonymous part (heap, arenas: where a leak shows) and file-backed part (mapped files,
+    such as the embedded engine's segments and the model: grows with the data, reclaimable)."""
+
+    rss: float
+    anon: float
+    file: float
+
+    @classmethod
+    def of(cls, pid: int) -> Memory:
+        """Read now; nan once the process is gone."""
+        status = Path(f"/proc/{pid}/status")
+        fields: dict[str, float] = {}
+        for line in status.read_text().splitlines() if status.exists() else []:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                fields[key] = int(value.split()[0]) / 1024  # kB
+        nan = float("nan")
+        return cls(
+            fields.get("VmRSS", nan),
+            fields.get("RssAnon", nan),
+            fields.get("RssFile", nan) + fields.get("RssShmem", 0.0),
+        )
 
 
 def _server_command() -> list[str]:

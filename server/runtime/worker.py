@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from server.adapters.disk import FreeSpace
+from server.adapters.thread_names import name_os_thread
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.indexing import Indexer
 
@@ -73,6 +74,7 @@ class IndexWorker:
         return self._space is not None and self._space.reading().short
 
     def _run(self) -> None:
+        name_os_thread()  # "index-worker-N" in top -H and /proc (bench_turn_cost.py)
         failing = False
         while not self._stop.is_set():
             try:

@@ -37,6 +37,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from server.adapters.qdrant.layout import from_epoch_micros, to_epoch_micros
 from server.adapters.sql.database import SqlDatabase, as_utc
 from server.adapters.sql.tables import turn_inspections
+from server.adapters.thread_names import name_os_thread
 from server.domain.model import (
     InspectedHit,
     RenderRecord,
@@ -369,6 +370,7 @@ class BufferedInspectionStore:
             self._drain()  # a record queued while the writer was stopping
 
     def _run(self) -> None:
+        name_os_thread("inspect-writer")  # the OS keeps 15 bytes of "inspection-writer"
         while True:
             # Sleep until something is queued. The flag is raised before the queue is
             # looked at, so a record appended after the look finds it and wakes us.

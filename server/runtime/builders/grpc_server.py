@@ -19,6 +19,7 @@ from memoria.v1 import (
     model_tool_service_pb2,
     model_tool_service_pb2_grpc,
 )
+from server.adapters.thread_names import name_os_thread
 from server.rpc.interceptor import MemoriaInterceptor
 from server.rpc.limits import AdmissionInterceptor, Limits
 from server.rpc.model_tools import ModelToolServicer
@@ -109,7 +110,11 @@ def build_grpc_server(
     admission = AdmissionInterceptor(limits)
     pool_threads = limits.pool_threads
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=pool_threads, thread_name_prefix="rpc"),
+        # Named "rpc_N" at the OS level too, so their CPU is told apart from the indexing
+        # worker's (top -H, bench/bench_turn_cost.py).
+        futures.ThreadPoolExecutor(
+            max_workers=pool_threads, thread_name_prefix="rpc", initializer=name_os_thread
+        ),
         interceptors=[
             admission,  # outermost: it wraps the handlers the others built
             *telemetry.interceptors(),
