@@ -17,7 +17,9 @@ agent loop calls it:
 3. ``finish_turn(question, answer)`` then ``flush()``: ``IndexTurn``, sent without waiting
    as the adapter does, and waited for, so that its synchronous part has a window of its own.
 
-It prints the server's CPU per turn for each component:
+It prints the server's CPU per turn for each component (and, after the loop, the same
+renders again with the worker idle, as a reference: in the loop the worker indexes the turns
+before beside them, sharing the cores and the GIL):
 
 * ``render``: RenderPromptSection (the block read, the section, the inspector's record);
 * ``accept``: IndexTurn's synchronous part (checks, redaction, the durable insert);
@@ -264,6 +266,7 @@ class Run:
     loop_ns: Counter[str]
     loop_calls: Counter[str]
     process_s: float  # the server process's CPU over the loop, all threads
+    render_alone_ns: float  # a render's CPU with the worker idle (after the loop drained)
     sized: dict[int, tuple[list[Turn], float]]  # size -> (turns, index ns per turn)
     memory: dict[str, Memory]
     failures: int
@@ -360,6 +363,16 @@ def measure(turn_count: int, sized_count: int, warmup: int, budget_s: float) -> 
                 process_s = process_cpu_seconds(pid) - cpu_before
                 loop_ns, loop_calls = meter.booked, meter.calls
 
+                meter.reset()  # the loop's renders again, now with nothing to index
+                for turn in turns:
+                    meter.mark(None)
+                    adapter.start_turn(turn.conversation_id, turn.turn_id)
+                    loop.failures += (
+                        adapter.prompt_section() == adapter.model_tools.unavailable_prompt_section
+                    )
+                    meter.mark("render")
+                render_alone_ns = meter.booked["render"] / meter.calls["render"]
+
                 sized_ns: dict[int, tuple[list[Turn], float]] = {}
                 for size, size_turns in sized.items():
                     meter.reset()
@@ -370,7 +383,9 @@ def measure(turn_count: int, sized_count: int, warmup: int, budget_s: float) -> 
         finally:
             backlog.close()
             server.stop()
-    return Run(turns, loop_ns, loop_calls, process_s, sized_ns, memory, loop.failures)
+    return Run(
+        turns, loop_ns, loop_calls, process_s, render_alone_ns, sized_ns, memory, loop.failures
+    )
 
 
 def model_ms(embedder: OnnxMiniLmEmbedder, turns: Sequence[Turn]) -> tuple[float, float]:
@@ -422,6 +437,10 @@ def report(run: Run, embedder: OnnxMiniLmEmbedder) -> None:
             f"{ns / total_ns:7.1%}"
         )
     print(f"{'total':<10} {'':>6} {'':>8} {total_ns / turns / 1e6:8.2f} {1:7.1%}")
+    print(
+        f"render alone: {run.render_alone_ns / 1e6:.2f} ms a call (the same {turns} renders "
+        "after the loop, the worker idle; in the loop the worker indexed beside them)"
+    )
     print(
         f"check: the process's CPU over the loop {run.process_s:.2f} s, its threads' "
         f"{total_ns / 1e9:.2f} s ({total_ns / 1e9 / run.process_s:.1%}; /proc/PID/stat counts "
