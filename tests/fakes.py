@@ -36,6 +36,7 @@ from server.domain.model import (
     PrincipalMemory,
     RenderRecord,
     RetrievalResult,
+    SearchBounds,
     SearchRecord,
     SearchScope,
     SparseVector,
@@ -313,6 +314,7 @@ class InMemoryChunkIndex:
             for p in everything
             if (p.key.tenant_id, p.key.principal_id) == (scope.tenant_id, scope.principal_id)
             and p.key.conversation_id not in scope.deleted_conversations
+            and _within(p, scope.bounds)
         ]
         keyword: list[tuple[_Point, float]] = []
         if query.sparse.indices:
@@ -422,6 +424,15 @@ class InMemoryChunkIndex:
 
     def close(self) -> None:
         self.closed = True
+
+
+def _within(point: _Point, bounds: SearchBounds) -> bool:
+    """Whether a point lies within a search's bounds (start inclusive, end exclusive)."""
+    if bounds.conversation_id is not None and point.key.conversation_id != bounds.conversation_id:
+        return False
+    if bounds.start_time is not None and point.turn_time < bounds.start_time:
+        return False
+    return bounds.end_time is None or point.turn_time < bounds.end_time
 
 
 def _owner(key: TurnKey) -> tuple[str, str, str]:

@@ -50,7 +50,8 @@ def fuse(result: RetrievalResult, turns: int) -> list[SearchHit]:
     KEYWORD_WEIGHT times its keyword value plus the rest times its semantic value (0 on a
     side that did not list it). A side with no hits adds nothing, so one side alone ranks as
     that side does. The chunk shown is the one the side ranking the turn higher chose
-    (keyword on a tie: an exact match is the easier one for a person to recognize).
+    (keyword on a tie: an exact match is the easier one for a person to recognize). Among
+    turns of equal score the newer comes first.
     """
     weights = {"keyword": KEYWORD_WEIGHT, "semantic": 1.0 - KEYWORD_WEIGHT}
     by_turn: dict[tuple[str, str], dict[str, tuple[int, float, ChunkHit]]] = {}
@@ -76,10 +77,14 @@ def fuse(result: RetrievalResult, turns: int) -> list[SearchHit]:
                 semantic_rank=semantic_rank,
             )
         )
-    # Ties go to the turn with the better single rank on either side, then a stable order.
+    # Equal scores go to the newer turn (issue 24: questions point back to what was decided
+    # last; equal scores mean the retrieval could not tell the turns apart, as a fact repeated
+    # in two conversations does), then to the better single rank on either side, then a
+    # stable order. Measured on the LoCoMo temporal category (bench/README.md).
     fused.sort(
         key=lambda h: (
             -h.score,
+            -h.turn_time.timestamp(),
             min(r for r in (h.keyword_rank, h.semantic_rank) if r),
             h.conversation_id,
             h.turn_id,

@@ -222,16 +222,33 @@ class TurnKey:
 
 
 @dataclass(frozen=True)
-class SearchScope:
-    """Whose chunks a search may see, and which of their conversations are deleted.
+class SearchBounds:
+    """Where the caller asked a search to look: one conversation, and a span of turn times.
 
-    Adapters must filter on tenant and principal in the engine (never after the fact) and
-    exclude every chunk of `deleted_conversations`.
+    `start_time` is inclusive (turns at or after it), `end_time` exclusive (turns before it),
+    both aware datetimes; None leaves that side open, and a None `conversation_id` searches
+    every conversation. server/domain/search.py decides what is valid (`bounds_violations`).
+    """
+
+    conversation_id: str | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SearchScope:
+    """Whose chunks a search may see, which of their conversations are deleted, and the
+    caller's bounds.
+
+    Adapters must filter on tenant and principal and on `bounds` in the engine (never after
+    the fact: a hit filtered out of a side's top list would take the place of one below the
+    cut) and exclude every chunk of `deleted_conversations`.
     """
 
     tenant_id: str
     principal_id: str
     deleted_conversations: frozenset[str] = frozenset()
+    bounds: SearchBounds = SearchBounds()
 
 
 @dataclass(frozen=True)

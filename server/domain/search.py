@@ -6,6 +6,13 @@ the best chunk per turn. A deleted conversation is out of every search from the 
 tombstone commits (its chunks may still wait for their purge: the search leaves them out).
 With memory off, search finds nothing. A search that names the turn it is made for is
 recorded for the inspector (server/domain/inspection.py).
+
+A caller may bound a search (`SearchBounds`: one conversation, turns at or after a start time,
+turns before an end time; DESIGN 3, "what did we decide last week"). The bounds travel to the
+chunk index inside the scope and are applied there as payload filters on both retrieval sides,
+never to the fused list: a side's top list is cut at its depth, so filtering afterwards would
+lose the in-bounds turns ranked below the cut. An empty span (end not after start) is the
+caller's mistake, refused like any invalid field.
 """
 
 from __future__ import annotations
@@ -14,12 +21,13 @@ from dataclasses import dataclass
 
 from server.domain.errors import FieldViolation, invalid
 from server.domain.fusion import fuse, retrieval_depth
-from server.domain.ids import turn_reference_violations
+from server.domain.ids import id_violations, turn_reference_violations
 from server.domain.keywords import KeywordEncoder
 from server.domain.model import (
     EncodedQuery,
     Identity,
     InspectedHit,
+    SearchBounds,
     SearchHit,
     SearchRecord,
     SearchScope,
@@ -59,11 +67,17 @@ class ConversationSearch:
     inspections: InspectionStore | None = None
 
     def search(
-        self, who: Identity, query: str, page_size: int, turn: TurnRef | None = None
+        self,
+        who: Identity,
+        query: str,
+        page_size: int,
+        turn: TurnRef | None = None,
+        bounds: SearchBounds | None = None,
     ) -> list[SearchHit]:
-        """The caller's best-matching turns for `query`, best first (see `fuse`). With `turn`,
-        the query and the hits' ids and ranks are recorded for that turn (the inspector)."""
-        hits = self._search(who, query, page_size, turn)
+        """The caller's best-matching turns for `query` within `bounds` (None: everywhere),
+        best first (see `fuse`). With `turn`, the query and the hits' ids and ranks are
+        recorded for that turn (the inspector)."""
+        hits = self._search(who, query, page_size, turn, bounds or SearchBounds())
         if turn is not None and self.inspections is not None:
             key = TurnKey(who.tenant_id, who.principal_id, turn.conversation_id, turn.turn_id)
             record = SearchRecord(
@@ -86,10 +100,16 @@ class ConversationSearch:
         return hits
 
     def _search(
-        self, who: Identity, query: str, page_size: int, turn: TurnRef | None
+        self,
+        who: Identity,
+        query: str,
+        page_size: int,
+        turn: TurnRef | None,
+        bounds: SearchBounds,
     ) -> list[SearchHit]:
         text = sanitize(query)
         violations = [] if turn is None else turn_reference_violations(turn)
+        violations += bounds_violations(bounds)
         if not text:
             violations.append(FieldViolation("query", "must not be empty"))
         elif len(text) > QUERY_MAX_CHARS:
@@ -107,8 +127,28 @@ class ConversationSearch:
             who.tenant_id,
             who.principal_id,
             self.turns.deleted_conversations(who.tenant_id, who.principal_id),
+            bounds,
         )
         encoded = EncodedQuery(
             dense=self.embedder.embed_query(text), sparse=self.keywords.encode_query(text)
         )
         return fuse(self.chunks.search(scope, encoded, retrieval_depth(turns)), turns)
+
+
+def bounds_violations(bounds: SearchBounds) -> list[FieldViolation]:
+    """What is wrong with a search's bounds, named by field: a conversation id must follow the
+    id rule (server/domain/ids.py), and a span with both ends must not be empty (`end_time`
+    after `start_time`). Times must be timezone-aware (the transports make them so)."""
+    violations: list[FieldViolation] = []
+    if bounds.conversation_id is not None:
+        violations += id_violations("conversation_id", bounds.conversation_id)
+    start, end = bounds.start_time, bounds.end_time
+    naive = [
+        FieldViolation(field, "must include a time zone")
+        for field, moment in (("start_time", start), ("end_time", end))
+        if moment is not None and moment.utcoffset() is None
+    ]
+    violations += naive
+    if start is not None and end is not None and not naive and start >= end:
+        violations.append(FieldViolation("end_time", "must be after start_time"))
+    return violations

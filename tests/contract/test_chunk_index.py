@@ -54,6 +54,7 @@ from server.domain.model import (
     EncodedQuery,
     IndexedChunk,
     Owner,
+    SearchBounds,
     SearchScope,
     SparseVector,
     TurnKey,
@@ -352,6 +353,85 @@ def test_deleted_conversations_are_excluded(index: ChunkIndex) -> None:
     assert [h.conversation_id for h in result.keyword] == ["c2"]
     assert [h.conversation_id for h in result.semantic] == ["c2"]
     assert index.count("t1", "ana") == 3  # excluded from search, not deleted
+
+
+# --- Bounds: one conversation, a span of turn times (applied in the engine) ------------------
+
+
+def hour(n: int) -> datetime:
+    return T0 + timedelta(hours=n)
+
+
+def fill_ranked(index: ChunkIndex, conv: str = "c1", first: int = 1, last: int = 6) -> None:
+    """Turn `u{n}` at hour n says "zeta" n times and leans n steps towards E0: a later turn
+    ranks higher on both sides, so the best turns are the ones a bound leaves out."""
+    for n in range(first, last + 1):
+        index.upsert_turn(
+            key(conv=conv, turn=f"u{n}"), hour(n), [chunk(0, "zeta " * n, unit(n, 7 - n))]
+        )
+
+
+def bounded(
+    conversation: str | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    deleted: frozenset[str] = frozenset(),
+) -> SearchScope:
+    return SearchScope("t1", "ana", deleted, SearchBounds(conversation, start, end))
+
+
+def test_time_bounds_apply_before_each_side_is_cut(index: ChunkIndex) -> None:
+    fill_ranked(index)
+    # u5 and u6 rank first on both sides but lie outside: filtered after the cut at 2 turns,
+    # nothing would be left; filtered in the engine, the best two inside come back.
+    result = index.search(bounded(start=hour(2), end=hour(5)), query("zeta", E0), 2)
+    assert [h.turn_id for h in result.keyword] == ["u4", "u3"]
+    assert [h.turn_id for h in result.semantic] == ["u4", "u3"]
+
+
+def test_start_is_inclusive_and_end_exclusive_to_the_microsecond(index: ChunkIndex) -> None:
+    fill_ranked(index)
+    micro = timedelta(microseconds=1)
+    cases = [
+        (bounded(start=hour(2), end=hour(4)), ["u3", "u2"]),
+        (bounded(start=hour(2) + micro, end=hour(4) + micro), ["u4", "u3"]),
+        (bounded(start=hour(5)), ["u6", "u5"]),
+        (bounded(end=hour(2)), ["u1"]),
+        (bounded(start=hour(7)), []),
+    ]
+    for where, expected in cases:
+        result = index.search(where, query("zeta", E0), 10)
+        assert [h.turn_id for h in result.keyword] == expected, where
+        assert [h.turn_id for h in result.semantic] == expected, where
+
+
+def test_bounds_in_another_zone_are_the_same_instants(index: ChunkIndex) -> None:
+    fill_ranked(index)
+    plus2 = timezone(timedelta(hours=2))
+    where = bounded(start=hour(2).astimezone(plus2), end=hour(4).astimezone(plus2))
+    assert [h.turn_id for h in index.search(where, query("zeta", E0), 10).keyword] == ["u3", "u2"]
+
+
+def test_a_conversation_bound_sees_that_conversation_only(index: ChunkIndex) -> None:
+    fill_ranked(index, conv="c1", first=1, last=3)
+    fill_ranked(index, conv="c2", first=4, last=6)  # ranks above every turn of c1
+    index.upsert_turn(key(principal="bob", conv="c1", turn="b"), T0, [chunk(0, "zeta " * 9, E0)])
+    result = index.search(bounded(conversation="c1"), query("zeta", E0), 2)
+    for hits in (result.keyword, result.semantic):
+        assert [(h.conversation_id, h.turn_id) for h in hits] == [("c1", "u3"), ("c1", "u2")]
+    assert index.search(bounded(conversation="nope"), query("zeta", E0), 10).semantic == ()
+
+
+def test_conversation_time_and_deletion_combine(index: ChunkIndex) -> None:
+    fill_ranked(index, conv="c1")
+    fill_ranked(index, conv="c2")
+    result = index.search(bounded("c2", hour(2), hour(4)), query("zeta", E0), 10)
+    for hits in (result.keyword, result.semantic):
+        assert [(h.conversation_id, h.turn_id) for h in hits] == [("c2", "u3"), ("c2", "u2")]
+    gone = index.search(
+        bounded("c2", hour(2), hour(4), deleted=frozenset({"c2"})), query("zeta", E0), 10
+    )
+    assert gone.keyword == () and gone.semantic == ()
 
 
 def fill(index: ChunkIndex, k: TurnKey, turns: int, chunks_per_turn: int) -> None:

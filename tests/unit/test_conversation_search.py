@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -22,6 +23,7 @@ from server.domain.model import (
     NewAuditEvent,
     RenderRecord,
     RetrievalResult,
+    SearchBounds,
     SearchHit,
     SearchScope,
     StoredBlock,
@@ -121,6 +123,72 @@ def test_an_empty_query_and_a_negative_page_are_invalid(world: World) -> None:
         world.search.search(ANA, " \u200b ", -1)
     assert raised.value.reason is ErrorReason.INVALID_ARGUMENT
     assert {v.field for v in raised.value.violations} == {"query", "page_size"}
+
+
+def say_at(world: World, conversation: str, turn: str, question: str, days: int) -> None:
+    when = T0 + timedelta(days=days)
+    world.intake.index_turn(ANA, conversation, turn, question, "noted", when, wait=True)
+
+
+def test_bounds_limit_a_search_to_a_span_and_a_conversation(world: World) -> None:
+    for days in range(5):
+        say_at(world, "c1", f"d{days}", "the grebe nest", days)
+        say_at(world, "c2", f"d{days}", "the grebe nest", days)
+    span = SearchBounds(start_time=T0 + timedelta(days=1), end_time=T0 + timedelta(days=3))
+    found = world.search.search(ANA, "grebe", 10, bounds=span)
+    # Newer first among equal scores; day 3 is the (exclusive) end.
+    assert turns_of(found) == [("c1", "d2"), ("c2", "d2"), ("c1", "d1"), ("c2", "d1")]
+    one = replace(span, conversation_id="c2")
+    assert turns_of(world.search.search(ANA, "grebe", 10, bounds=one)) == [
+        ("c2", "d2"),
+        ("c2", "d1"),
+    ]
+
+
+def test_bounds_reach_the_index_in_the_scope(world: World) -> None:
+    spy = ScopeSpy(world.index)
+    bounds = SearchBounds("c1", T0, T0 + timedelta(hours=1))
+    replace(world.search, chunks=spy).search(ANA, "grebe", 5, bounds=bounds)
+    assert [s.bounds for s in spy.scopes] == [bounds]
+
+
+class ScopeSpy:
+    """The index's search, recording each scope it was asked with."""
+
+    def __init__(self, search: ChunkSearch) -> None:
+        self._search = search
+        self.scopes: list[SearchScope] = []
+
+    def search(self, scope: SearchScope, query: EncodedQuery, turns: int) -> RetrievalResult:
+        self.scopes.append(scope)
+        return self._search.search(scope, query, turns)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "field", "why"),
+    [
+        (SearchBounds(start_time=T0, end_time=T0), "end_time", "must be after start_time"),
+        (
+            SearchBounds(start_time=T0 + timedelta(seconds=1), end_time=T0),
+            "end_time",
+            "must be after start_time",
+        ),
+        (SearchBounds(conversation_id=""), "conversation_id", "is required"),
+        (SearchBounds(conversation_id="x" * 129), "conversation_id", "at most 128"),
+        (SearchBounds(conversation_id="c\u200b1"), "conversation_id", "invisible"),
+        (SearchBounds(start_time=datetime(2026, 1, 1)), "start_time", "time zone"),
+    ],
+)
+def test_invalid_bounds_are_refused_before_any_search(
+    world: World, bounds: SearchBounds, field: str, why: str
+) -> None:
+    spy = ScopeSpy(world.index)
+    with pytest.raises(MemoriaError) as raised:
+        replace(world.search, chunks=spy).search(ANA, "grebe", 5, bounds=bounds)
+    assert raised.value.reason is ErrorReason.INVALID_ARGUMENT
+    ((named, description),) = [(v.field, v.description) for v in raised.value.violations]
+    assert named == field and why in description
+    assert spy.scopes == []
 
 
 def test_a_search_for_a_turn_is_recorded_for_the_inspector(world: World) -> None:

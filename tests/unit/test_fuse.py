@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -73,3 +73,35 @@ def test_cut_to_the_turns_wanted_and_empty_sides() -> None:
     result = RetrievalResult(keyword=tuple(hit(str(i)) for i in range(20)), semantic=())
     assert [h.turn_id for h in fuse(result, 5)] == ["0", "1", "2", "3", "4"]
     assert fuse(RetrievalResult((), ()), 5) == []
+
+
+def dated(turn: str, days: int, score: float, conversation: str = "c") -> ChunkHit:
+    return ChunkHit(conversation, turn, 0, turn, T + timedelta(days=days), score)
+
+
+def test_equal_scores_put_the_newer_turn_first() -> None:
+    # Each side lists the older turn first with the same raw score: relevance cannot tell
+    # them apart, so recency does (whatever the ranks and the ids' order).
+    result = RetrievalResult(
+        keyword=(dated("old", 0, 5.0, "a"), dated("new", 9, 5.0, "z"), dated("x", 5, 1.0)),
+        semantic=(dated("old", 0, 0.7, "a"), dated("new", 9, 0.7, "z"), dated("x", 5, 0.1)),
+    )
+    fused = fuse(result, 10)
+    assert [h.turn_id for h in fused] == ["new", "old", "x"]
+    assert fused[0].score == fused[1].score
+    assert (fused[0].keyword_rank, fused[1].keyword_rank) == (2, 1)
+
+
+def test_recency_never_outranks_a_better_score() -> None:
+    result = RetrievalResult(
+        keyword=(dated("old", 0, 5.0), dated("new", 9, 4.9), dated("x", 5, 1.0)), semantic=()
+    )
+    assert [h.turn_id for h in fuse(result, 10)] == ["old", "new", "x"]
+
+
+def test_ties_order_the_same_whatever_order_the_engine_returned_them_in() -> None:
+    hits = [dated(f"u{n}", n % 3, 2.0, conversation=f"c{n}") for n in range(6)]
+    forward = fuse(RetrievalResult(keyword=tuple(hits), semantic=()), 10)
+    backward = fuse(RetrievalResult(keyword=tuple(reversed(hits)), semantic=()), 10)
+    assert [h.turn_time for h in forward] == sorted((h.turn_time for h in hits), reverse=True)
+    assert [h.turn_time for h in forward] == [h.turn_time for h in backward]

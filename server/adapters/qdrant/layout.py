@@ -22,9 +22,10 @@ Layout of the one collection (one for all tenants, DESIGN 4):
 - Vectors: "dense", a MAX_SIM multivector of unit vectors compared by cosine (one vector per
   window of the chunk); "keyword", a sparse BM25 term-frequency vector with the engine's IDF
   modifier.
-- Payload indexes: keyword on tenant_id (marked is_tenant), principal_id, conversation_id and
-  turn_key; integer on chunk_index, keyword_version and turn_time (which a turn's neighbours
-  are found by, in time order).
+- Payload indexes: keyword on tenant_id (marked is_tenant), principal_id, conversation_id
+  (deleted conversations and a search bounded to one conversation) and turn_key; integer on
+  chunk_index, keyword_version and turn_time (a search's time bounds, and a turn's neighbours
+  found in time order).
 """
 
 from __future__ import annotations
@@ -291,14 +292,26 @@ class FilterSpec:
 
 
 def scope_filter(scope: SearchScope) -> FilterSpec:
-    """What a search may see: the scope's tenant and principal, minus deleted conversations.
+    """What a search may see: the scope's tenant and principal, minus deleted conversations,
+    within the caller's bounds (one conversation; turn times from `start_time` inclusive to
+    `end_time` exclusive).
 
-    Applied inside the engine, so another principal's chunk is never even scored.
+    Applied inside the engine to both sides' queries, so another principal's chunk is never
+    even scored and a side's top list holds only turns within the bounds (each bound uses a
+    payload index: conversation_id keyword, turn_time integer). turn_time is stored in whole
+    microseconds, so "before end" is "at most end minus one microsecond".
     """
     deleted = tuple(sorted(scope.deleted_conversations))
+    bounds = scope.bounds
+    must = [(TENANT_ID, scope.tenant_id), (PRINCIPAL_ID, scope.principal_id)]
+    if bounds.conversation_id is not None:
+        must.append((CONVERSATION_ID, bounds.conversation_id))
+    start, end = bounds.start_time, bounds.end_time
     return FilterSpec(
-        must=((TENANT_ID, scope.tenant_id), (PRINCIPAL_ID, scope.principal_id)),
+        must=tuple(must),
         must_not_in=((CONVERSATION_ID, deleted),) if deleted else (),
+        min_turn_time=None if start is None else to_epoch_micros(start),
+        max_turn_time=None if end is None else to_epoch_micros(end) - 1,
     )
 
 
