@@ -93,7 +93,7 @@ func TestToolFilesAgreeAndDeclareTheArguments(t *testing.T) {
 	}
 	for name, want := range map[string]struct{ properties, required []string }{
 		"memory_rewrite":      {[]string{"text"}, []string{"text"}},
-		"conversation_search": {[]string{"max_turns", "query"}, []string{"query"}},
+		"conversation_search": {[]string{"conversation_id", "end_time", "max_turns", "query", "start_time"}, []string{"query"}},
 	} {
 		p := chat[name].Parameters
 		props, _ := p["properties"].(map[string]any)
@@ -113,6 +113,12 @@ func TestToolFilesAgreeAndDeclareTheArguments(t *testing.T) {
 	maxTurns := chat["conversation_search"].Parameters["properties"].(map[string]any)["max_turns"].(map[string]any)
 	if maxTurns["type"] != "integer" || maxTurns["minimum"] != 1.0 || maxTurns["maximum"] != 50.0 {
 		t.Errorf("max_turns: %v", maxTurns)
+	}
+	for _, bound := range []string{"start_time", "end_time"} {
+		p := chat["conversation_search"].Parameters["properties"].(map[string]any)[bound].(map[string]any)
+		if p["type"] != "string" || p["pattern"] == nil {
+			t.Errorf("%s: %v", bound, p)
+		}
 	}
 }
 

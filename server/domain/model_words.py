@@ -25,6 +25,14 @@ SEARCH = "conversation_search"
 MAX_TURNS_LIMIT = 50
 """conversation_search's `max_turns` is from 1 to this (the schema's maximum)."""
 
+DATE_TIME_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    r"([Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.,][0-9]{1,6})?)?([Zz]|[+-][0-9]{2}:[0-9]{2})?)?$"
+)
+"""conversation_search's `start_time` and `end_time`: an ISO 8601 / RFC 3339 date, or a
+date-time whose offset may be left out (then UTC). A pattern cannot say how many days a month
+has: 2026-02-30 matches it and is refused by the call (server/domain/tool_calls.py)."""
+
 
 @dataclass(frozen=True)
 class ToolDefinition:
@@ -80,7 +88,9 @@ TOOLS: tuple[ToolDefinition, ...] = (
             "together). Use it only when the question points back to an earlier conversation "
             "(something discussed, decided or looked up before); what the memory block already "
             "says needs no search. Returns the matching turns best first, each with its "
-            "conversation, date, text and why it matched."
+            "conversation, date, text and why it matched. When the question names a time "
+            '("last week", "in March"), bound the search with start_time and end_time, worked '
+            "out from the current date your instructions give."
         ),
         parameters={
             "type": "object",
@@ -100,6 +110,32 @@ TOOLS: tuple[ToolDefinition, ...] = (
                     "description": (
                         "How many past turns to return, 1 to 50. Leave it out for the "
                         "server's default (10)."
+                    ),
+                },
+                "conversation_id": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": (
+                        "Search only this conversation: its id as an earlier result showed "
+                        "it. Leave it out to search every conversation."
+                    ),
+                },
+                "start_time": {
+                    "type": "string",
+                    "pattern": DATE_TIME_PATTERN,
+                    "description": (
+                        "Only turns at or after this time (inclusive), RFC 3339 / ISO 8601: a "
+                        "date (2026-03-01, from 00:00 UTC) or a date-time "
+                        "(2026-03-01T09:00:00+01:00). Work it out from the current date in "
+                        "your instructions; leave it out when no date is given there."
+                    ),
+                },
+                "end_time": {
+                    "type": "string",
+                    "pattern": DATE_TIME_PATTERN,
+                    "description": (
+                        "Only turns before this time (exclusive), in the same form: for all "
+                        "of March, start_time 2026-03-01 and end_time 2026-04-01."
                     ),
                 },
             },
@@ -347,7 +383,9 @@ def bad_arguments(tool: str, problem: str) -> str:
     else:
         usage = (
             "conversation_search takes `query` (a non-empty string) and optionally "
-            "`max_turns` (an integer from 1 to 50)"
+            "`max_turns` (an integer from 1 to 50), `conversation_id` (a conversation's id) "
+            "and `start_time` and `end_time` (a date such as 2026-03-01 or a date-time such "
+            "as 2026-03-01T09:00:00Z)"
         )
     return f"Not sent: {problem}. {usage}. Nothing was called; fix the arguments and call again."
 
@@ -456,6 +494,14 @@ def not_whole(name: str) -> str:
 def out_of_range(name: str, low: int, high: int, value: int) -> str:
     """An integer outside the schema's bounds."""
     return f"`{name}` must be from {low} to {high}, not {value}"
+
+
+def not_a_time(name: str) -> str:
+    """A time argument that is not an RFC 3339 / ISO 8601 date or date-time."""
+    return (
+        f"`{name}` must be a date (2026-03-01) or a date-time (2026-03-01T09:00:00Z) that "
+        "exists on the calendar"
+    )
 
 
 def invalid_character(name: str) -> str:

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import UTC
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from server.domain import model_words as words
 from server.domain.errors import (
@@ -38,7 +39,7 @@ from server.domain.errors import (
 )
 from server.domain.ids import turn_reference_violations
 from server.domain.memory import MemoryBlocks
-from server.domain.model import Identity, SearchHit, TurnKey, TurnRef, Writer
+from server.domain.model import Identity, SearchBounds, SearchHit, TurnKey, TurnRef, Writer
 from server.domain.ports import Clock, FailedWrites
 from server.domain.search import ConversationSearch
 
@@ -89,10 +90,12 @@ class PromptSection:
 
 @dataclass(frozen=True)
 class SearchArguments:
-    """conversation_search's arguments; `max_turns` None means the server's default."""
+    """conversation_search's arguments; `max_turns` None means the server's default, and
+    `bounds` holds the optional conversation and time span (search.py decides their rules)."""
 
     query: str
     max_turns: int | None
+    bounds: SearchBounds = field(default_factory=SearchBounds)
 
 
 class ArgumentError(ValueError):
@@ -222,7 +225,7 @@ class ToolCalls:
                 words.bad_arguments(words.SEARCH, str(error)), True, ToolOutcome.INVALID_ARGUMENTS
             )
         try:
-            hits = self._search.search(who, args.query, args.max_turns or 0, turn)
+            hits = self._search.search(who, args.query, args.max_turns or 0, turn, args.bounds)
         except MemoriaError as error:
             if error.reason is ErrorReason.STORE_UNAVAILABLE:
                 text = words.SEARCH_UNAVAILABLE
@@ -336,10 +339,17 @@ def parse_rewrite(arguments_json: str) -> str:
     return text
 
 
+_SEARCH_ARGUMENTS = {"query", "max_turns", "conversation_id", "start_time", "end_time"}
+_DATE_TIME = re.compile(words.DATE_TIME_PATTERN)
+
+
 def parse_search(arguments_json: str) -> SearchArguments:
-    """conversation_search's arguments, or ArgumentError."""
+    """conversation_search's arguments, or ArgumentError. The bounds are only read here (a
+    conversation id as a string, each time as a date or date-time that exists); whether they
+    are valid for a search (the id rule, an empty span) the search decides, and its refusal
+    reaches the model as words too."""
     args = _object(arguments_json)
-    _no_unknown(args, {"query", "max_turns"})
+    _no_unknown(args, _SEARCH_ARGUMENTS)
     if "query" not in args:
         raise ArgumentError(words.missing_argument("query"))
     query = args["query"]
@@ -348,8 +358,45 @@ def parse_search(arguments_json: str) -> SearchArguments:
     if not query.strip():
         raise ArgumentError(words.empty_argument("query"))
     _encodable("query", query)
+    bounds = SearchBounds(
+        conversation_id=_conversation(args),
+        start_time=_moment(args, "start_time"),
+        end_time=_moment(args, "end_time"),
+    )
+    return SearchArguments(query, _max_turns(args), bounds)
+
+
+def _conversation(args: Mapping[str, object]) -> str | None:
+    if "conversation_id" not in args:
+        return None
+    value = args["conversation_id"]
+    if not isinstance(value, str):
+        raise ArgumentError(words.wrong_type("conversation_id", "a string", value))
+    if not value:
+        raise ArgumentError(words.empty_argument("conversation_id"))
+    _encodable("conversation_id", value)
+    return value
+
+
+def _moment(args: Mapping[str, object], name: str) -> datetime | None:
+    """A date (00:00 UTC that day) or a date-time (UTC when it has no offset)."""
+    if name not in args:
+        return None
+    value = args[name]
+    if not isinstance(value, str):
+        raise ArgumentError(words.wrong_type(name, "a string", value))
+    if not _DATE_TIME.fullmatch(value):
+        raise ArgumentError(words.not_a_time(name))
+    try:
+        moment = datetime.fromisoformat(value.upper().replace(",", "."))
+    except ValueError:  # a day or an hour that does not exist (2026-02-30, 24:00)
+        raise ArgumentError(words.not_a_time(name)) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _max_turns(args: Mapping[str, object]) -> int | None:
     if "max_turns" not in args:
-        return SearchArguments(query, None)
+        return None
     max_turns = args["max_turns"]
     # JSON Schema's integer: any number with no fractional part (5 and 5.0), never a boolean.
     if isinstance(max_turns, bool) or not isinstance(max_turns, int | float):
@@ -359,7 +406,7 @@ def parse_search(arguments_json: str) -> SearchArguments:
     turns = int(max_turns)
     if not 1 <= turns <= words.MAX_TURNS_LIMIT:
         raise ArgumentError(words.out_of_range("max_turns", 1, words.MAX_TURNS_LIMIT, turns))
-    return SearchArguments(query, turns)
+    return turns
 
 
 def _encodable(name: str, value: str) -> None:

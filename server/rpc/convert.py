@@ -22,6 +22,7 @@ from server.domain.model import (
     AuditAction,
     AuditEvent,
     ConversationSummary,
+    SearchBounds,
     SearchHit,
     Tombstone,
     TurnRef,
@@ -180,6 +181,16 @@ _OUTCOMES: dict[TurnOutcome, search_pb.IndexTurnOutcome.ValueType] = {
 def turn_time_of(msg: search_pb.IndexTurnRequest) -> datetime | None:
     """The turn's time; None when unset (the domain reports the missing field)."""
     return _time(msg, "turn_time")
+
+
+def search_bounds_of(msg: search_pb.SearchConversationsRequest) -> SearchBounds:
+    """The request's optional bounds (an empty `conversation_id` means every conversation);
+    the domain decides whether they are valid."""
+    return SearchBounds(
+        conversation_id=msg.conversation_id or None,
+        start_time=_time(msg, "start_time"),
+        end_time=_time(msg, "end_time"),
+    )
 
 
 def index_turn_response(result: IndexTurnResult) -> search_pb.IndexTurnResponse:

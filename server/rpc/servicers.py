@@ -33,6 +33,7 @@ from server.rpc.convert import (
     index_turn_response,
     inspection_message,
     origin_messages,
+    search_bounds_of,
     search_hit_message,
     settings_message,
     turn_ref_of,
@@ -167,7 +168,11 @@ class ConversationSearchServicer(search_grpc.ConversationSearchServiceServicer):
         self, request: search_pb.SearchConversationsRequest, context: grpc.ServicerContext
     ) -> search_pb.SearchConversationsResponse:
         hits = self._search.search(
-            current_identity(), request.query, request.page_size, turn_ref_of(request)
+            current_identity(),
+            request.query,
+            request.page_size,
+            turn_ref_of(request),
+            search_bounds_of(request),
         )
         return search_pb.SearchConversationsResponse(hits=[search_hit_message(h) for h in hits])
 

@@ -213,6 +213,12 @@ def _export(out: str) -> None:
     assert "memoria import: " in out, "the import's summary"
 
 
+def _bounded_search(out: str) -> None:
+    found = out[out.rindex("INDEX_TURN_OUTCOME_INDEXED") :]
+    assert '"turn_id": "t-03"' in found and "t-05" not in found, "March only"
+    assert "Code: InvalidArgument" in out and "end_time" in out, "the empty span refused"
+
+
 CHECKS: dict[str, Callable[[str], None]] = {
     "tour": _tour,
     "stubs": _stubs,
@@ -231,6 +237,7 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "inspector": _inspector,
     "conversations": _conversations,
     "export": _export,
+    "bounded-search": _bounded_search,
 }
 """The assertions a `{check: NAME}` block's output must pass, by NAME."""
 

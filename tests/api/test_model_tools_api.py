@@ -11,6 +11,7 @@ checked across two servers on one PostgreSQL database.
 from __future__ import annotations
 
 import json
+import re
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -324,6 +325,24 @@ BAD_ARGUMENTS = [
         words.bad_arguments(words.SEARCH, "`query` is empty"),
         id="search-empty-query",
     ),
+    pytest.param(
+        "conversation_search",
+        {"query": "x", "start_time": "last week"},
+        words.bad_arguments(words.SEARCH, words.not_a_time("start_time")),
+        id="search-start-not-a-date",
+    ),
+    pytest.param(
+        "conversation_search",
+        {"query": "x", "end_time": "2026-02-30"},
+        words.bad_arguments(words.SEARCH, words.not_a_time("end_time")),
+        id="search-end-not-on-the-calendar",
+    ),
+    pytest.param(
+        "conversation_search",
+        {"query": "x", "conversation_id": 12},
+        words.bad_arguments(words.SEARCH, "`conversation_id` must be a string, not a number"),
+        id="search-conversation-mistyped",
+    ),
 ]
 
 
@@ -429,6 +448,47 @@ def test_search_with_hits_and_with_none_is_recorded_for_the_turn(api: Api) -> No
     assert found.text.endswith("My billing account is acct-4821.\n\nNoted: acct-4821.")
     searches = inspection(api, who).searches
     assert [(s.query, s.hit_count) for s in searches] == [("acct-4821", 0), ("acct-4821", 1)]
+
+
+def test_search_bounds_reach_the_search_and_invalid_ones_are_worded(api: Api) -> None:
+    who = api.who("ana")
+    for conversation, turn, day in [
+        ("conv-0", "1", "01"),
+        ("conv-0", "2", "09"),
+        ("c2", "1", "05"),
+    ]:
+        request = search_pb.IndexTurnRequest(
+            conversation_id=conversation,
+            turn_id=turn,
+            question="The kayak trip.",  # the same words: equal scores, the newer first
+            answer="Noted, kayak trip.",
+            wait=True,
+        )
+        request.turn_time.FromJsonString(f"2026-11-{day}T10:00:00Z")
+        api.search.IndexTurn(request, metadata=who)
+
+    def found(**bounds: str) -> list[tuple[str, str, str]]:
+        response = execute(api, who, "conversation_search", {"query": "kayak trip", **bounds})
+        assert not response.is_error, response.text
+        return re.findall(r"\[\d+\] conversation (\S+), turn (\S+), 2026-11-(\d\d)", response.text)
+
+    assert found(start_time="2026-11-02", end_time="2026-11-09T10:00:00Z") == [("c2", "1", "05")]
+    assert found(start_time="2026-11-09T11:00:00+01:00") == [("conv-0", "2", "09")]
+    assert found(conversation_id="conv-0") == [("conv-0", "2", "09"), ("conv-0", "1", "01")]
+    empty = execute(api, who, "conversation_search", {"query": "kayak", "conversation_id": "none"})
+    assert (empty.text, outcome(empty)) == (
+        words.no_hits("kayak"),
+        "TOOL_CALL_OUTCOME_SEARCH_NO_HITS",
+    )
+    span = {"query": "kayak", "start_time": "2026-11-09", "end_time": "2026-11-02"}
+    refused = execute(api, who, "conversation_search", span)
+    assert refused.is_error and outcome(refused) == "TOOL_CALL_OUTCOME_REFUSED"
+    assert refused.text == words.search_failed(
+        "ERROR_REASON_INVALID_ARGUMENT",
+        "",
+        [("end_time", "must be after start_time")],
+    )
+    assert refused.error_reason == "ERROR_REASON_INVALID_ARGUMENT"
 
 
 def test_an_unavailable_index_reads_as_search_unavailable(

@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -87,6 +88,7 @@ def index(
     answer: str,
     *,
     wait: bool = True,
+    when: datetime = WHEN,
 ) -> pb.IndexTurnResponse:
     response: pb.IndexTurnResponse = api.search.IndexTurn(
         pb.IndexTurnRequest(
@@ -94,7 +96,7 @@ def index(
             turn_id=turn,
             question=question,
             answer=answer,
-            turn_time=ts(),
+            turn_time=ts(when),
             wait=wait,
         ),
         metadata=who,
@@ -445,6 +447,53 @@ def test_invalid_searches_are_refused(api: Api, query: str, size: int, field: st
         lambda: search(api, api.who("ana"), query, size), INVALID, "ERROR_REASON_INVALID_ARGUMENT"
     )
     assert field in field_violations(error)
+
+
+def test_bounds_return_the_best_turns_within_them(api: Api) -> None:
+    ana = api.who("ana")
+    # The more a turn repeats "heron", the better it ranks; the best ones lie outside.
+    for day in range(1, 6):
+        for conversation in ("birds", "walks"):
+            question = f"Did we see the heron? {'heron ' * day}"
+            when = WHEN + timedelta(days=day)
+            index(api, ana, conversation, f"d{day}", question, "Yes, by the lake.", when=when)
+    index(api, api.who("bob"), "birds", "b", "heron " * 9, "Bob's heron.", when=WHEN)
+
+    def bounded(**fields: object) -> list[tuple[str, str]]:
+        request = pb.SearchConversationsRequest(query="heron", page_size=2, **fields)  # type: ignore[arg-type]
+        hits = api.search.SearchConversations(request, metadata=ana).hits
+        return [(h.conversation_id, h.turn_id) for h in hits]
+
+    span = {"start_time": ts(WHEN + timedelta(days=2)), "end_time": ts(WHEN + timedelta(days=4))}
+    # Within [day 2, day 4): day 3 first; its two conversations tie, and so would day 2's.
+    assert {turn for _, turn in bounded(**span)} == {"d3"}
+    assert bounded(conversation_id="walks", **span) == [("walks", "d3"), ("walks", "d2")]
+    assert bounded(conversation_id="walks", end_time=ts(WHEN + timedelta(days=2))) == [
+        ("walks", "d1")
+    ]
+    assert bounded(start_time=ts(WHEN + timedelta(days=6))) == []
+    assert bounded(conversation_id="elsewhere") == []
+
+
+def test_invalid_bounds_are_refused_with_the_field(api: Api) -> None:
+    late = ts(WHEN + timedelta(days=1))
+    out_of_range = Timestamp(seconds=400_000_000_000)
+    cases: list[tuple[dict[str, object], str]] = [
+        ({"start_time": late, "end_time": late}, "end_time"),
+        ({"start_time": late, "end_time": ts()}, "end_time"),
+        ({"conversation_id": "c" * 129}, "conversation_id"),
+        ({"conversation_id": "c\u200b"}, "conversation_id"),
+        ({"start_time": out_of_range}, "start_time"),
+        ({"end_time": out_of_range}, "end_time"),
+    ]
+    for fields, field in cases:
+        request = pb.SearchConversationsRequest(query="heron", **fields)  # type: ignore[arg-type]
+        error = expect_error(
+            partial(api.search.SearchConversations, request, metadata=api.who("ana")),
+            INVALID,
+            "ERROR_REASON_INVALID_ARGUMENT",
+        )
+        assert list(field_violations(error)) == [field], fields
 
 
 def test_page_size_caps_the_turns(api: Api) -> None:

@@ -20,7 +20,7 @@ from memoria.v1 import model_tool_service_pb2 as pb
 from server.domain import model_words as words
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.memory import MemoryBlocks
-from server.domain.model import Identity, PrincipalMemory, TurnKey, TurnRef
+from server.domain.model import Identity, PrincipalMemory, SearchBounds, TurnKey, TurnRef
 from server.domain.tool_calls import (
     ArgumentError,
     ToolCalls,
@@ -159,3 +159,29 @@ def test_the_words_a_refused_call_carries_are_only_execute_tool_calls() -> None:
     details = status_pb2.Status.FromString(encoded).details
     assert [d.Unpack(message) for d in details] == [False, True]
     assert (message.locale, message.message) == ("en-US", words.internal("0f" * 16))
+
+
+def test_search_bounds_are_read_as_instants() -> None:
+    args = parse_search(
+        json.dumps(
+            {
+                "query": "refund",
+                "conversation_id": "conv-0",
+                "start_time": "2026-03-01",
+                "end_time": "2026-03-01T09:30:00.5+01:00",
+            }
+        )
+    )
+    assert args.bounds.conversation_id == "conv-0"
+    assert args.bounds.start_time == datetime(2026, 3, 1, tzinfo=UTC)
+    assert args.bounds.end_time == datetime(2026, 3, 1, 8, 30, 0, 500000, tzinfo=UTC)
+    no_offset = parse_search('{"query": "refund", "start_time": "2026-03-01T09:00"}')
+    assert no_offset.bounds.start_time == datetime(2026, 3, 1, 9, tzinfo=UTC)
+    assert parse_search('{"query": "refund"}').bounds == SearchBounds()
+
+
+@pytest.mark.parametrize("value", ["2026-02-30", "2026-03-01T24:00", "0000-01-01", "2026-13-01"])
+def test_a_time_that_is_not_on_the_calendar_is_worded(value: str) -> None:
+    found = problem(parse_search, json.dumps({"query": "q", "end_time": value}))
+    assert found == words.not_a_time("end_time")
+    assert "2026-03-01T09:00:00Z" in words.bad_arguments(words.SEARCH, found)

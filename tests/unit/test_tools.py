@@ -158,7 +158,25 @@ SEARCH_SAMPLES: list[tuple[object, bool]] = [
     ({"max_turns": 3}, False),
     ({"query": 7}, False),
     ({"query": "refund", "page_size": 5}, False),
+    ({"query": "refund", "conversation_id": "conv-0"}, True),
+    ({"query": "refund", "conversation_id": ""}, False),
+    ({"query": "refund", "conversation_id": 7}, False),
+    ({"query": "refund", "start_time": "2026-03-01", "end_time": "2026-04-01"}, True),
+    ({"query": "refund", "start_time": "2026-03-01T09:00:00Z"}, True),
+    ({"query": "refund", "start_time": "2026-03-01t09:00:00.123456z"}, True),
+    ({"query": "refund", "end_time": "2026-03-01 09:00+01:00"}, True),
+    ({"query": "refund", "end_time": "2026-03-01T09:00:00,5-05:30"}, True),
+    ({"query": "refund", "start_time": "2026-03-01T09:00"}, True),
+    ({"query": "refund", "start_time": "last week"}, False),
+    ({"query": "refund", "start_time": "20260301"}, False),
+    ({"query": "refund", "start_time": "2026-03-01T09"}, False),
+    ({"query": "refund", "start_time": "2026-03-01T09:00:00+0100"}, False),
+    ({"query": "refund", "start_time": " 2026-03-01"}, False),
+    ({"query": "refund", "end_time": 1772323200}, False),
+    ({"query": "refund", "end_time": None}, False),
 ]
+"""A pattern cannot say how many days a month has: 2026-02-30 matches the schema's and is
+refused by the call (tests/unit/test_tool_calls.py)."""
 
 
 # The design's rules (DESIGN 2 and 3) each appear in the model-facing text: a phrase per rule.
@@ -185,6 +203,14 @@ def test_memory_rewrite_description_carries_the_rules() -> None:
 def test_search_description_says_when_to_search() -> None:
     description = source()[1]["description"]
     assert "only when the question points back to an earlier conversation" in description
+
+
+def test_search_description_says_dates_come_from_the_current_date_in_the_prompt() -> None:
+    (search,) = [t for t in source() if t["name"] == "conversation_search"]
+    assert "worked out from the current date your instructions give" in search["description"]
+    start = search["parameters"]["properties"]["start_time"]["description"]
+    assert "RFC 3339 / ISO 8601" in start and "inclusive" in start
+    assert "exclusive" in search["parameters"]["properties"]["end_time"]["description"]
 
 
 def test_descriptions_stay_compact() -> None:

@@ -77,12 +77,22 @@ describe("tool definitions", () => {
     assert.deepEqual(rewrite.required, ["text"]);
     assert.equal(rewrite.additionalProperties, false);
     const searchTool = chat.get("conversation_search")!.parameters;
-    assert.deepEqual(Object.keys(searchTool.properties).sort(), ["max_turns", "query"]);
+    assert.deepEqual(Object.keys(searchTool.properties).sort(), [
+      "conversation_id",
+      "end_time",
+      "max_turns",
+      "query",
+      "start_time",
+    ]);
     assert.deepEqual(searchTool.required, ["query"]);
     assert.equal(searchTool.additionalProperties, false);
     assert.equal(searchTool.properties.max_turns.type, "integer");
     assert.equal(searchTool.properties.max_turns.minimum, 1);
     assert.equal(searchTool.properties.max_turns.maximum, 50);
+    for (const bound of ["start_time", "end_time"]) {
+      assert.equal(searchTool.properties[bound].type, "string");
+      assert.ok(new RegExp(String(searchTool.properties[bound].pattern)).test("2026-03-01T09:00:00Z"));
+    }
   });
 
   test("a conversation_search call finds a turn indexed before it", async () => {

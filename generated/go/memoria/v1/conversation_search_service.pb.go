@@ -267,7 +267,23 @@ type SearchConversationsRequest struct {
 	// text) for that turn, shown by GetTurnInspection. Unset: nothing is
 	// recorded. Invalid ids fail with INVALID_ARGUMENT (`turn.conversation_id`,
 	// `turn.turn_id`).
-	Turn          *TurnReference `protobuf:"bytes,3,opt,name=turn,proto3" json:"turn,omitempty"`
+	Turn *TurnReference `protobuf:"bytes,3,opt,name=turn,proto3" json:"turn,omitempty"`
+	// Optional: search this conversation only (one of the caller's conversation
+	// ids, as sent to IndexTurn and returned in `SearchHit.conversation_id`).
+	// Empty: every conversation. An id breaking IndexTurn's rule (1 to 128
+	// characters, no control or invisible characters) fails with
+	// INVALID_ARGUMENT (`conversation_id`); an unknown or deleted conversation
+	// finds nothing.
+	ConversationId string `protobuf:"bytes,4,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// Optional: only turns whose `turn_time` is at or after this instant
+	// (inclusive). Unset: no lower bound.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Optional: only turns whose `turn_time` is before this instant (exclusive).
+	// Unset: no upper bound. When both are set, `end_time` must be after
+	// `start_time`, else INVALID_ARGUMENT (`end_time`). The bounds are applied
+	// inside the search on both retrieval sides, so the best turns within them
+	// come back even when better ones lie outside.
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -323,10 +339,32 @@ func (x *SearchConversationsRequest) GetTurn() *TurnReference {
 	return nil
 }
 
+func (x *SearchConversationsRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *SearchConversationsRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *SearchConversationsRequest) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
 // SearchConversationsResponse lists the best-matching turns, best first.
 type SearchConversationsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// At most `page_size` hits, one per turn, best first.
+	// At most `page_size` hits, one per turn, best first; among hits of equal
+	// `score` the newer turn (later `turn_time`) comes first.
 	Hits          []*SearchHit `protobuf:"bytes,1,rep,name=hits,proto3" json:"hits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1879,11 +1917,15 @@ const file_memoria_v1_conversation_search_service_proto_rawDesc = "" +
 	"\vchunk_count\x18\x02 \x01(\x05R\n" +
 	"chunkCount\x12\x1c\n" +
 	"\ttruncated\x18\x03 \x01(\bR\ttruncated\x12,\n" +
-	"\x12indexed_char_count\x18\x04 \x01(\x05R\x10indexedCharCount\"~\n" +
+	"\x12indexed_char_count\x18\x04 \x01(\x05R\x10indexedCharCount\"\x99\x02\n" +
 	"\x1aSearchConversationsRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12-\n" +
-	"\x04turn\x18\x03 \x01(\v2\x19.memoria.v1.TurnReferenceR\x04turn\"H\n" +
+	"\x04turn\x18\x03 \x01(\v2\x19.memoria.v1.TurnReferenceR\x04turn\x12'\n" +
+	"\x0fconversation_id\x18\x04 \x01(\tR\x0econversationId\x129\n" +
+	"\n" +
+	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"H\n" +
 	"\x1bSearchConversationsResponse\x12)\n" +
 	"\x04hits\x18\x01 \x03(\v2\x15.memoria.v1.SearchHitR\x04hits\"\x99\x02\n" +
 	"\tSearchHit\x12'\n" +
@@ -2061,52 +2103,54 @@ var file_memoria_v1_conversation_search_service_proto_depIdxs = []int32{
 	26, // 0: memoria.v1.IndexTurnRequest.turn_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: memoria.v1.IndexTurnResponse.outcome:type_name -> memoria.v1.IndexTurnOutcome
 	27, // 2: memoria.v1.SearchConversationsRequest.turn:type_name -> memoria.v1.TurnReference
-	5,  // 3: memoria.v1.SearchConversationsResponse.hits:type_name -> memoria.v1.SearchHit
-	26, // 4: memoria.v1.SearchHit.turn_time:type_name -> google.protobuf.Timestamp
-	27, // 5: memoria.v1.GetTurnInspectionRequest.turn:type_name -> memoria.v1.TurnReference
-	12, // 6: memoria.v1.GetTurnInspectionResponse.inspection:type_name -> memoria.v1.TurnInspection
-	27, // 7: memoria.v1.TurnInspection.turn:type_name -> memoria.v1.TurnReference
-	14, // 8: memoria.v1.TurnInspection.renders:type_name -> memoria.v1.RenderRecord
-	15, // 9: memoria.v1.TurnInspection.searches:type_name -> memoria.v1.SearchRecord
-	13, // 10: memoria.v1.TurnInspection.writes:type_name -> memoria.v1.WriteRecord
-	28, // 11: memoria.v1.WriteRecord.writer:type_name -> memoria.v1.Writer
-	26, // 12: memoria.v1.WriteRecord.write_time:type_name -> google.protobuf.Timestamp
-	26, // 13: memoria.v1.RenderRecord.render_time:type_name -> google.protobuf.Timestamp
-	26, // 14: memoria.v1.SearchRecord.search_time:type_name -> google.protobuf.Timestamp
-	5,  // 15: memoria.v1.SearchRecord.hits:type_name -> memoria.v1.SearchHit
-	18, // 16: memoria.v1.ExportPrincipalDataResponse.records:type_name -> memoria.v1.ExportRecord
-	29, // 17: memoria.v1.ExportRecord.settings:type_name -> memoria.v1.MemorySettings
-	30, // 18: memoria.v1.ExportRecord.memory_block:type_name -> memoria.v1.MemoryBlock
-	31, // 19: memoria.v1.ExportRecord.audit_event:type_name -> memoria.v1.AuditEvent
-	19, // 20: memoria.v1.ExportRecord.turn:type_name -> memoria.v1.ExportedTurn
-	20, // 21: memoria.v1.ExportRecord.deleted_conversation:type_name -> memoria.v1.DeletedConversation
-	26, // 22: memoria.v1.ExportedTurn.turn_time:type_name -> google.protobuf.Timestamp
-	26, // 23: memoria.v1.DeletedConversation.delete_time:type_name -> google.protobuf.Timestamp
-	23, // 24: memoria.v1.ListConversationsResponse.conversations:type_name -> memoria.v1.Conversation
-	26, // 25: memoria.v1.Conversation.first_turn_time:type_name -> google.protobuf.Timestamp
-	26, // 26: memoria.v1.Conversation.last_turn_time:type_name -> google.protobuf.Timestamp
-	19, // 27: memoria.v1.ListConversationTurnsResponse.turns:type_name -> memoria.v1.ExportedTurn
-	1,  // 28: memoria.v1.ConversationSearchService.IndexTurn:input_type -> memoria.v1.IndexTurnRequest
-	3,  // 29: memoria.v1.ConversationSearchService.SearchConversations:input_type -> memoria.v1.SearchConversationsRequest
-	6,  // 30: memoria.v1.ConversationSearchService.DeleteConversation:input_type -> memoria.v1.DeleteConversationRequest
-	8,  // 31: memoria.v1.ConversationSearchService.ErasePrincipalData:input_type -> memoria.v1.ErasePrincipalDataRequest
-	10, // 32: memoria.v1.ConversationSearchService.GetTurnInspection:input_type -> memoria.v1.GetTurnInspectionRequest
-	16, // 33: memoria.v1.ConversationSearchService.ExportPrincipalData:input_type -> memoria.v1.ExportPrincipalDataRequest
-	21, // 34: memoria.v1.ConversationSearchService.ListConversations:input_type -> memoria.v1.ListConversationsRequest
-	24, // 35: memoria.v1.ConversationSearchService.ListConversationTurns:input_type -> memoria.v1.ListConversationTurnsRequest
-	2,  // 36: memoria.v1.ConversationSearchService.IndexTurn:output_type -> memoria.v1.IndexTurnResponse
-	4,  // 37: memoria.v1.ConversationSearchService.SearchConversations:output_type -> memoria.v1.SearchConversationsResponse
-	7,  // 38: memoria.v1.ConversationSearchService.DeleteConversation:output_type -> memoria.v1.DeleteConversationResponse
-	9,  // 39: memoria.v1.ConversationSearchService.ErasePrincipalData:output_type -> memoria.v1.ErasePrincipalDataResponse
-	11, // 40: memoria.v1.ConversationSearchService.GetTurnInspection:output_type -> memoria.v1.GetTurnInspectionResponse
-	17, // 41: memoria.v1.ConversationSearchService.ExportPrincipalData:output_type -> memoria.v1.ExportPrincipalDataResponse
-	22, // 42: memoria.v1.ConversationSearchService.ListConversations:output_type -> memoria.v1.ListConversationsResponse
-	25, // 43: memoria.v1.ConversationSearchService.ListConversationTurns:output_type -> memoria.v1.ListConversationTurnsResponse
-	36, // [36:44] is the sub-list for method output_type
-	28, // [28:36] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	26, // 3: memoria.v1.SearchConversationsRequest.start_time:type_name -> google.protobuf.Timestamp
+	26, // 4: memoria.v1.SearchConversationsRequest.end_time:type_name -> google.protobuf.Timestamp
+	5,  // 5: memoria.v1.SearchConversationsResponse.hits:type_name -> memoria.v1.SearchHit
+	26, // 6: memoria.v1.SearchHit.turn_time:type_name -> google.protobuf.Timestamp
+	27, // 7: memoria.v1.GetTurnInspectionRequest.turn:type_name -> memoria.v1.TurnReference
+	12, // 8: memoria.v1.GetTurnInspectionResponse.inspection:type_name -> memoria.v1.TurnInspection
+	27, // 9: memoria.v1.TurnInspection.turn:type_name -> memoria.v1.TurnReference
+	14, // 10: memoria.v1.TurnInspection.renders:type_name -> memoria.v1.RenderRecord
+	15, // 11: memoria.v1.TurnInspection.searches:type_name -> memoria.v1.SearchRecord
+	13, // 12: memoria.v1.TurnInspection.writes:type_name -> memoria.v1.WriteRecord
+	28, // 13: memoria.v1.WriteRecord.writer:type_name -> memoria.v1.Writer
+	26, // 14: memoria.v1.WriteRecord.write_time:type_name -> google.protobuf.Timestamp
+	26, // 15: memoria.v1.RenderRecord.render_time:type_name -> google.protobuf.Timestamp
+	26, // 16: memoria.v1.SearchRecord.search_time:type_name -> google.protobuf.Timestamp
+	5,  // 17: memoria.v1.SearchRecord.hits:type_name -> memoria.v1.SearchHit
+	18, // 18: memoria.v1.ExportPrincipalDataResponse.records:type_name -> memoria.v1.ExportRecord
+	29, // 19: memoria.v1.ExportRecord.settings:type_name -> memoria.v1.MemorySettings
+	30, // 20: memoria.v1.ExportRecord.memory_block:type_name -> memoria.v1.MemoryBlock
+	31, // 21: memoria.v1.ExportRecord.audit_event:type_name -> memoria.v1.AuditEvent
+	19, // 22: memoria.v1.ExportRecord.turn:type_name -> memoria.v1.ExportedTurn
+	20, // 23: memoria.v1.ExportRecord.deleted_conversation:type_name -> memoria.v1.DeletedConversation
+	26, // 24: memoria.v1.ExportedTurn.turn_time:type_name -> google.protobuf.Timestamp
+	26, // 25: memoria.v1.DeletedConversation.delete_time:type_name -> google.protobuf.Timestamp
+	23, // 26: memoria.v1.ListConversationsResponse.conversations:type_name -> memoria.v1.Conversation
+	26, // 27: memoria.v1.Conversation.first_turn_time:type_name -> google.protobuf.Timestamp
+	26, // 28: memoria.v1.Conversation.last_turn_time:type_name -> google.protobuf.Timestamp
+	19, // 29: memoria.v1.ListConversationTurnsResponse.turns:type_name -> memoria.v1.ExportedTurn
+	1,  // 30: memoria.v1.ConversationSearchService.IndexTurn:input_type -> memoria.v1.IndexTurnRequest
+	3,  // 31: memoria.v1.ConversationSearchService.SearchConversations:input_type -> memoria.v1.SearchConversationsRequest
+	6,  // 32: memoria.v1.ConversationSearchService.DeleteConversation:input_type -> memoria.v1.DeleteConversationRequest
+	8,  // 33: memoria.v1.ConversationSearchService.ErasePrincipalData:input_type -> memoria.v1.ErasePrincipalDataRequest
+	10, // 34: memoria.v1.ConversationSearchService.GetTurnInspection:input_type -> memoria.v1.GetTurnInspectionRequest
+	16, // 35: memoria.v1.ConversationSearchService.ExportPrincipalData:input_type -> memoria.v1.ExportPrincipalDataRequest
+	21, // 36: memoria.v1.ConversationSearchService.ListConversations:input_type -> memoria.v1.ListConversationsRequest
+	24, // 37: memoria.v1.ConversationSearchService.ListConversationTurns:input_type -> memoria.v1.ListConversationTurnsRequest
+	2,  // 38: memoria.v1.ConversationSearchService.IndexTurn:output_type -> memoria.v1.IndexTurnResponse
+	4,  // 39: memoria.v1.ConversationSearchService.SearchConversations:output_type -> memoria.v1.SearchConversationsResponse
+	7,  // 40: memoria.v1.ConversationSearchService.DeleteConversation:output_type -> memoria.v1.DeleteConversationResponse
+	9,  // 41: memoria.v1.ConversationSearchService.ErasePrincipalData:output_type -> memoria.v1.ErasePrincipalDataResponse
+	11, // 42: memoria.v1.ConversationSearchService.GetTurnInspection:output_type -> memoria.v1.GetTurnInspectionResponse
+	17, // 43: memoria.v1.ConversationSearchService.ExportPrincipalData:output_type -> memoria.v1.ExportPrincipalDataResponse
+	22, // 44: memoria.v1.ConversationSearchService.ListConversations:output_type -> memoria.v1.ListConversationsResponse
+	25, // 45: memoria.v1.ConversationSearchService.ListConversationTurns:output_type -> memoria.v1.ListConversationTurnsResponse
+	38, // [38:46] is the sub-list for method output_type
+	30, // [30:38] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_memoria_v1_conversation_search_service_proto_init() }

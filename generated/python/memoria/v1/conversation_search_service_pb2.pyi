@@ -154,6 +154,9 @@ class SearchConversationsRequest(_message.Message):
     QUERY_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     TURN_FIELD_NUMBER: _builtins.int
+    CONVERSATION_ID_FIELD_NUMBER: _builtins.int
+    START_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """What to look for: words, an id such as "acct-4821", or a paraphrase.
     1 to 4,000 characters after sanitizing.
@@ -161,6 +164,14 @@ class SearchConversationsRequest(_message.Message):
     page_size: _builtins.int
     """Number of turns wanted. 0 means the default (10); larger than 50 is
     capped at 50; negative is invalid.
+    """
+    conversation_id: _builtins.str
+    """Optional: search this conversation only (one of the caller's conversation
+    ids, as sent to IndexTurn and returned in `SearchHit.conversation_id`).
+    Empty: every conversation. An id breaking IndexTurn's rule (1 to 128
+    characters, no control or invisible characters) fails with
+    INVALID_ARGUMENT (`conversation_id`); an unknown or deleted conversation
+    finds nothing.
     """
     @_builtins.property
     def turn(self) -> _memory_block_pb2.TurnReference:
@@ -171,16 +182,34 @@ class SearchConversationsRequest(_message.Message):
         `turn.turn_id`).
         """
 
+    @_builtins.property
+    def start_time(self) -> _timestamp_pb2.Timestamp:
+        """Optional: only turns whose `turn_time` is at or after this instant
+        (inclusive). Unset: no lower bound.
+        """
+
+    @_builtins.property
+    def end_time(self) -> _timestamp_pb2.Timestamp:
+        """Optional: only turns whose `turn_time` is before this instant (exclusive).
+        Unset: no upper bound. When both are set, `end_time` must be after
+        `start_time`, else INVALID_ARGUMENT (`end_time`). The bounds are applied
+        inside the search on both retrieval sides, so the best turns within them
+        come back even when better ones lie outside.
+        """
+
     def __init__(
         self,
         *,
         query: _builtins.str = ...,
         page_size: _builtins.int = ...,
         turn: _memory_block_pb2.TurnReference | None = ...,
+        conversation_id: _builtins.str = ...,
+        start_time: _timestamp_pb2.Timestamp | None = ...,
+        end_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["turn", b"turn"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time", "turn", b"turn"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "query", b"query", "turn", b"turn"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation_id", b"conversation_id", "end_time", b"end_time", "page_size", b"page_size", "query", b"query", "start_time", b"start_time", "turn", b"turn"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -195,7 +224,9 @@ class SearchConversationsResponse(_message.Message):
     HITS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchHit]:
-        """At most `page_size` hits, one per turn, best first."""
+        """At most `page_size` hits, one per turn, best first; among hits of equal
+        `score` the newer turn (later `turn_time`) comes first.
+        """
 
     def __init__(
         self,
