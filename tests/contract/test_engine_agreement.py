@@ -41,7 +41,14 @@ from server.adapters.sql.unit_of_work import SqlUnitsOfWork
 from server.domain.indexing import Indexer
 from server.domain.intake import TurnIntake
 from server.domain.keywords import KeywordEncoder
-from server.domain.model import ChunkHit, EncodedQuery, Identity, SearchHit, SearchScope
+from server.domain.model import (
+    ChunkHit,
+    EncodedQuery,
+    Identity,
+    SearchBounds,
+    SearchHit,
+    SearchScope,
+)
 from server.domain.ports import ChunkIndex
 from server.domain.removal import ConversationRemoval
 from server.domain.search import MAX_PAGE_SIZE, ConversationSearch
@@ -241,6 +248,25 @@ def _side(hits: Sequence[ChunkHit]) -> list[tuple[tuple[str, ...], float]]:
     return [((h.conversation_id, h.turn_id), h.score) for h in hits]
 
 
+def _bounds(rng: random.Random) -> SearchBounds:
+    """Random bounds on the turns' time grid (T0 + 5 min steps): one conversation or every
+    one, and each end open or on the grid (a start exactly at a turn's time includes it)."""
+    start = rng.randrange(35)
+    return SearchBounds(
+        conversation_id=rng.choice((None, *CONVERSATIONS)),
+        start_time=rng.choice((None, T0 + timedelta(minutes=5 * start))),
+        end_time=rng.choice((None, T0 + timedelta(minutes=5 * rng.randrange(start + 1, 41)))),
+    )
+
+
+def _within(hit: SearchHit, bounds: SearchBounds) -> bool:
+    return (
+        bounds.conversation_id in (None, hit.conversation_id)
+        and (bounds.start_time is None or hit.turn_time >= bounds.start_time)
+        and (bounds.end_time is None or hit.turn_time < bounds.end_time)
+    )
+
+
 def _compare_searches(rng: random.Random, a: Service, b: Service, stage: str) -> int:
     """Every principal's random queries on both; returns how many hits were compared."""
     compared = 0
@@ -255,6 +281,14 @@ def _compare_searches(rng: random.Random, a: Service, b: Service, stage: str) ->
                 assert not {h.conversation_id for h in hits_a} & deleted, what
                 _assert_same_ranking(what, _fused(hits_a), _fused(hits_b), page_size)
                 compared += len(hits_a)
+            # Bounded: a random conversation (or none) and a random span of the times' grid.
+            bounds = _bounds(rng)
+            what = f"{stage} {tenant}/{principal} {text!r} within {bounds}"
+            hits_a = a.search.search(who, text, 5, bounds=bounds)
+            hits_b = b.search.search(who, text, 5, bounds=bounds)
+            assert all(_within(h, bounds) for h in hits_a), what
+            _assert_same_ranking(what, _fused(hits_a), _fused(hits_b), 5)
+            compared += len(hits_a)
             # Below the fusion: each side's per-turn reduction, cut at a few turns.
             query = EncodedQuery(
                 dense=a.embedder.embed_query(text), sparse=a.keywords.encode_query(text)
