@@ -122,6 +122,26 @@ def test_any_search_and_conversation_delete(
 
 
 @PROPERTY_SETTINGS
+@given(
+    conversation_id=ids,
+    start=st.none() | st.integers(min_value=-(2**40), max_value=2**40),
+    end=st.none() | st.integers(min_value=-(2**40), max_value=2**40),
+    nanos=st.integers(min_value=-(2**31), max_value=2**31 - 1),
+)
+def test_any_search_bounds(
+    props_api: Api, conversation_id: str, start: int | None, end: int | None, nanos: int
+) -> None:
+    request = search_pb.SearchConversationsRequest(query="q", conversation_id=conversation_id)
+    if start is not None:
+        request.start_time.seconds = start
+        request.start_time.nanos = nanos
+    if end is not None:
+        request.end_time.seconds = end
+    who = props_api.who("props")
+    clear_status(lambda: props_api.search.SearchConversations(request, metadata=who))
+
+
+@PROPERTY_SETTINGS
 @given(principal_id=ids, admin=st.booleans())
 def test_any_erasure_target(props_api: Api, principal_id: str, admin: bool) -> None:
     who = props_api.who("props-admin", roles="memoria-admin" if admin else "")
