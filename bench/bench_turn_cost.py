@@ -109,7 +109,11 @@ from procs import (
 from search_corpus import CorpusGenerator, Turn
 
 from memoria_client.adapter import MemoriaTurnAdapter
-from server.adapters.embedding.minilm import OnnxMiniLmEmbedder
+from server.adapters.embedding.minilm import (
+    MODEL_NAME,
+    QUANTIZED_MODEL_NAME,
+    OnnxMiniLmEmbedder,
+)
 from server.adapters.sql.engine import sqlite_url
 from server.domain.chunking import split_turn
 
@@ -326,7 +330,7 @@ class Loop:
         self.wait_indexed()
 
 
-def measure(turn_count: int, sized_count: int, warmup: int, budget_s: float) -> Run:
+def measure(turn_count: int, sized_count: int, warmup: int, budget_s: float, model: str) -> Run:
     """Start the server, warm it up, run the loop and the sized phases; see the docstring."""
     deadline = time.monotonic() + budget_s
     turns, queries = loop_turns(turn_count + warmup)
@@ -336,7 +340,11 @@ def measure(turn_count: int, sized_count: int, warmup: int, budget_s: float) -> 
     with sqlite_database(Population(1, 0)) as db, tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(db.server_args[db.server_args.index("--data-dir") + 1])
         server = ServerProcess(
-            db.server_args, Path(tmp), service=SERVICE, stop_timeout_s=SERVER_STOP_TIMEOUT_S
+            db.server_args,
+            Path(tmp),
+            service=SERVICE,
+            stop_timeout_s=SERVER_STOP_TIMEOUT_S,
+            env={"MEMORIA_LOCAL_EMBEDDING_MODEL": model},
         )
         backlog = SqliteBacklog(Path(sqlite_url(data_dir).removeprefix("sqlite:///")), TENANT)
         try:
@@ -477,20 +485,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sized", type=int, default=30, help="turns of each size indexed")
     parser.add_argument("--warmup", type=int, default=10, help="turns before measuring")
     parser.add_argument("--quick", action="store_true", help="20 turns, 5 of each size")
-    parser.add_argument("--time-budget", type=float, default=900.0, help="seconds in all")
+    parser.add_argument("--time-budget", type=float, default=900.0, help="seconds per model")
+    parser.add_argument(
+        "--models",
+        default=MODEL_NAME,
+        help=f"in-process models, comma-separated, each measured in turn (the server's "
+        f"MEMORIA_LOCAL_EMBEDDING_MODEL): {MODEL_NAME} (default), {QUANTIZED_MODEL_NAME}",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.turns, args.sized, args.warmup = 20, 5, 3
     if args.turns < SEARCH_EVERY or args.sized < 1 or args.warmup < 2:
         parser.error(f"--turns must be at least {SEARCH_EVERY}, --sized 1, --warmup 2")
+    models = args.models.split(",")
+    if unknown := set(models) - {MODEL_NAME, QUANTIZED_MODEL_NAME}:
+        parser.error(f"unknown model(s) {', '.join(sorted(unknown))}")
     raise_on_sigterm()
-    try:
-        run = measure(args.turns, args.sized, args.warmup, args.time_budget)
-    except RUN_ENDED as error:
-        print(f"bench_turn_cost: {failure_outcome(error)}", file=sys.stderr)
-        return 1
-    embedder = OnnxMiniLmEmbedder(intra_op_threads=1)  # the server's default
-    report(run, embedder)
+    failures = 0
+    for model in models:
+        try:
+            run = measure(args.turns, args.sized, args.warmup, args.time_budget, model)
+        except RUN_ENDED as error:
+            print(f"bench_turn_cost: {failure_outcome(error)}", file=sys.stderr)
+            return 1
+        # The server's model, one intra-op thread as the server runs it.
+        embedder = OnnxMiniLmEmbedder(intra_op_threads=1, quantized=model == QUANTIZED_MODEL_NAME)
+        print(f"=== {model} ({embedder.model_id})")
+        report(run, embedder)
+        print()
+        failures += run.failures
     print()
     print(machine_line())
     print(
@@ -500,8 +523,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     )
     print("database: SQLite (the embedded default) and the embedded qdrant-edge engine")
-    if run.failures:
-        print(f"FAILED: {run.failures} calls failed", file=sys.stderr)
+    if failures:
+        print(f"FAILED: {failures} calls failed", file=sys.stderr)
         return 1
     return 0
 

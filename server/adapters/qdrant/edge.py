@@ -286,17 +286,7 @@ class QdrantEdgeChunkIndex:
             self._shard.update(UpdateOperation.create_field_index(field, schema))
 
     def _read_record(self) -> ModelRecord | None:
-        try:
-            text = (self._path / RECORD_FILE).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        try:
-            record = ModelRecord.from_json(json.loads(text))
-        except (ValueError, KeyError, TypeError) as error:
-            raise ChunkIndexError(f"{self._path / RECORD_FILE} is unreadable: {error}") from error
-        if record is None:
-            raise ChunkIndexError(f"{self._path / RECORD_FILE} is not a Memoria model record")
-        return record
+        return read_model_record(self._path)
 
     def _write_record(self) -> None:
         # Written whole or not at all: temporary file, fsync, rename, fsync the directory.
@@ -572,3 +562,19 @@ class QdrantEdgeChunkIndex:
                 self._shard.flush()  # close flushes too (documented); explicit, as it is the point
             finally:
                 self._shard.close()
+
+
+def read_model_record(path: Path) -> ModelRecord | None:
+    """The model record of the chunk index in `path`, None when there is none yet (a new
+    index); read without opening the index, so the embedder can be chosen before it."""
+    try:
+        text = (path / RECORD_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        record = ModelRecord.from_json(json.loads(text))
+    except (ValueError, KeyError, TypeError) as error:
+        raise ChunkIndexError(f"{path / RECORD_FILE} is unreadable: {error}") from error
+    if record is None:
+        raise ChunkIndexError(f"{path / RECORD_FILE} is not a Memoria model record")
+    return record

@@ -575,3 +575,14 @@ class QdrantServerChunkIndex:
         """Close the client: the index owns the client it was given."""
         with self._lock:
             self._client.close()
+
+
+def stored_model_record(client: QdrantClient, collection: str) -> ModelRecord | None:
+    """The model record of `collection` on the server, None when the collection does not exist
+    yet (or holds no record, which opening it refuses); read without opening the index, so the
+    embedder can be chosen before it. Raises the domain's STORE_UNAVAILABLE when the server
+    cannot be reached."""
+    with _unavailable_as_domain_error():
+        if not client.collection_exists(collection):
+            return None
+        return ModelRecord.from_json(client.get_collection(collection).config.metadata)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from server.adapters.qdrant.layout import ChunkIndexError
 from server.domain.errors import MemoriaError
 from server.domain.ports import ChunkIndex, Embedder
 from server.runtime.settings import Settings, StartupRefusal
+
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
 
 
 def build_chunk_index(settings: Settings, embedder: Embedder) -> ChunkIndex:
@@ -30,8 +35,32 @@ def _edge_index(settings: Settings, embedder: Embedder) -> ChunkIndex:
         ) from None
 
 
-def _server_index(settings: Settings, embedder: Embedder) -> ChunkIndex:
-    from server.adapters.qdrant.server import QdrantServerChunkIndex, server_client
+def stored_model_id(settings: Settings) -> str | None:
+    """The embedding model the configured chunk index was made with, None for a new index (or
+    one whose record cannot be read: opening it then refuses the start with the reason)."""
+    if settings.qdrant.url is None:
+        from server.adapters.qdrant.edge import read_model_record
+
+        try:
+            record = read_model_record(settings.store.data_dir / "chunks")
+        except ChunkIndexError:
+            return None
+        return record.model_id if record is not None else None
+    from server.adapters.qdrant.server import stored_model_record
+
+    client, _ = _server_client(settings)
+    try:
+        server_record = stored_model_record(client, settings.qdrant.collection)
+    except MemoriaError:  # unreachable: opening the index refuses the start in one line
+        return None
+    finally:
+        client.close()
+    return server_record.model_id if server_record is not None else None
+
+
+def _server_client(settings: Settings) -> tuple[QdrantClient, str]:
+    """A client of the configured Qdrant server, and how to name the server in a message."""
+    from server.adapters.qdrant.server import server_client
 
     config = settings.qdrant
     assert config.url is not None
@@ -43,6 +72,14 @@ def _server_index(settings: Settings, embedder: Embedder) -> ChunkIndex:
     client = server_client(
         config.url, grpc_port=grpc_port, prefer_grpc=config.prefer_grpc, api_key=api_key
     )
+    return client, where
+
+
+def _server_index(settings: Settings, embedder: Embedder) -> ChunkIndex:
+    from server.adapters.qdrant.server import QdrantServerChunkIndex
+
+    config = settings.qdrant
+    client, where = _server_client(settings)
     try:
         return QdrantServerChunkIndex(
             client,

