@@ -53,6 +53,7 @@ pg-start:
 	scripts/pg.sh start
 
 pg-stop:
+	scripts/pgbouncer.sh stop
 	scripts/pg.sh stop
 
 # A local Qdrant server under .qdrant/ (scripts/qdrant.sh); `eval "$(scripts/qdrant.sh start)"`

@@ -324,6 +324,9 @@ GRANT pg_signal_backend TO memoria_owner;
 -- The service role: row-level security must apply to it.
 ALTER ROLE memoria_app WITH LOGIN PASSWORD 'memoria_app'
     NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+-- Memoria sets it on each connection; behind a transaction pooler (scripts/pgbouncer.sh) it
+-- cannot, and the role's own setting is what holds (STATEMENT_TIMEOUT_MS, 15 s).
+ALTER ROLE memoria_app SET statement_timeout = '15s';
 SELECT 'CREATE DATABASE memoria OWNER memoria_owner'
 WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'memoria') \gexec
 ALTER DATABASE memoria OWNER TO memoria_owner;

@@ -3,6 +3,8 @@
 # one running server (scripts/test-clients.sh); then pytest against SQLite and a real PostgreSQL.
 # PostgreSQL is started by scripts/pg.sh (installed with apt-get when missing and root).
 # MEMORIA_REQUIRE_POSTGRES=1 makes a missing PostgreSQL a failure, never a skip.
+# PgBouncer (scripts/pgbouncer.sh, Debian's, installed the same way) runs in transaction pooling
+# mode in front of it for the pooler cases; MEMORIA_REQUIRE_PGBOUNCER=1 makes a missing one fail.
 # The Qdrant server tests start ../shared/qdrant/qdrant (or MEMORIA_TEST_QDRANT_BIN, or use
 # the server of MEMORIA_TEST_QDRANT_URL); MEMORIA_REQUIRE_QDRANT=1 makes a missing one a failure.
 set -euo pipefail
@@ -19,9 +21,17 @@ echo "== PostgreSQL" >&2
 pg_env=$(scripts/pg.sh start)
 eval "$pg_env"
 # Said last, whatever pytest's outcome: the server stays up so the next run starts at once.
-trap 'echo "== PostgreSQL (scripts/pg.sh) is left running for the next run; stop it with: make pg-stop (scripts/pg.sh stop)" >&2' EXIT
+trap 'echo "== PostgreSQL (scripts/pg.sh) and PgBouncer (scripts/pgbouncer.sh) are left running for the next run; stop them with: make pg-stop" >&2' EXIT
 export MEMORIA_TEST_PG_OWNER_URL MEMORIA_TEST_PG_APP_URL
 export MEMORIA_REQUIRE_POSTGRES=1
+
+echo "== PgBouncer in front of it" >&2
+# Where it cannot be had, the pooler cases fail saying so (the run goes on).
+if pgbouncer_env=$(scripts/pgbouncer.sh start); then
+  eval "$pgbouncer_env"
+  export MEMORIA_TEST_PGBOUNCER_URL
+fi
+export MEMORIA_REQUIRE_PGBOUNCER=1
 export MEMORIA_REQUIRE_QDRANT=1
 
 echo "== Chromium for the browser tests" >&2

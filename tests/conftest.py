@@ -10,6 +10,10 @@ Qdrant: one real server per session (tests/qdrant_server.py: MEMORIA_TEST_QDRANT
 binary of MEMORIA_TEST_QDRANT_BIN or ../shared/qdrant/qdrant started on loopback); each test
 takes a collection of its own (`qdrant_collection`). MEMORIA_REQUIRE_QDRANT=1 does for it what
 MEMORIA_REQUIRE_POSTGRES=1 does for PostgreSQL.
+
+PgBouncer: the "pgbouncer" kinds run the same tests through a transaction-pooling PgBouncer in
+front of the session's database (tests/postgres_server.py: MEMORIA_TEST_PGBOUNCER_URL, else
+scripts/pgbouncer.sh); MEMORIA_REQUIRE_PGBOUNCER=1 makes a missing one a failure.
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ from server.adapters.sql.engine import create_store_engine, sqlite_url
 from server.domain.ports import MemoryStore
 from tests.embedding_endpoint import EmbeddingEndpoint, embedding_endpoint
 from tests.fakes import InMemoryMemoryStore
-from tests.postgres_server import OwnPostgres, free_port, pg_urls
+from tests.postgres_server import OwnPostgres, free_port, pg_urls, pgbouncer_url
 from tests.qdrant_server import QdrantEndpoint, suite_qdrant
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_POSTGRES = os.environ.get("MEMORIA_REQUIRE_POSTGRES") == "1"
 REQUIRE_QDRANT = os.environ.get("MEMORIA_REQUIRE_QDRANT") == "1"
+REQUIRE_PGBOUNCER = os.environ.get("MEMORIA_REQUIRE_PGBOUNCER") == "1"
 APP_ROLE = "memoria_app"
 
 
@@ -94,6 +99,31 @@ def postgres() -> Iterator[PgDatabase]:
     """A fresh PostgreSQL database for this session, migrated, with grants for the service."""
     with _fresh_database() as database:
         yield database
+
+
+@dataclass(frozen=True)
+class PooledDatabase:
+    """The session's database, reached by the service role through the test PgBouncer
+    (`pooled_url`, transaction pooling) and directly (`direct`)."""
+
+    pooled_url: str
+    direct: PgDatabase
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(postgres: PgDatabase) -> PooledDatabase:
+    """The session's database through a transaction-pooling PgBouncer (fails or skips the test
+    when there is none)."""
+    try:
+        url = pgbouncer_url()
+    except Exception as error:
+        message = f"PgBouncer is not available: {error}"
+        if REQUIRE_PGBOUNCER:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    name = make_url(postgres.app_url).database
+    pooled = make_url(url).set(database=name).render_as_string(hide_password=False)
+    return PooledDatabase(pooled, postgres)
 
 
 @pytest.fixture
@@ -181,8 +211,14 @@ STORE_KINDS = [
     # The read cache is a decorator of any store: it keeps the same contract.
     "sqlite-cached",
     pytest.param("postgres-cached", marks=pytest.mark.postgres),
+    # The same PostgreSQL through a transaction-pooling PgBouncer, on both write paths.
+    pytest.param("pgbouncer", marks=[pytest.mark.postgres, pytest.mark.pgbouncer]),
+    pytest.param("pgbouncer-plain", marks=[pytest.mark.postgres, pytest.mark.pgbouncer]),
 ]
 SQL_KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+PGBOUNCER = pytest.param("pgbouncer", marks=[pytest.mark.postgres, pytest.mark.pgbouncer])
+"""The server kind of `api` behind a transaction-pooling PgBouncer, for the API cases that run
+there too (`@pytest.mark.parametrize("api", [*SQL_KINDS, PGBOUNCER], indirect=True)`)."""
 
 
 def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> MemoryStore:
@@ -196,6 +232,10 @@ def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Mem
         return InMemoryMemoryStore()
     if kind == "sqlite":
         store = _sqlite_store(tmp_path)
+    elif kind.startswith("pgbouncer"):
+        pooled: PooledDatabase = request.getfixturevalue("pgbouncer")
+        engine = create_store_engine(pooled.pooled_url, pool_size=16, pooler=True)
+        store = SqlMemoryStore(SqlDatabase(engine), fast_writes=kind != "pgbouncer-plain")
     else:
         db: PgDatabase = request.getfixturevalue("postgres")
         engine = create_store_engine(db.app_url, pool_size=16)
@@ -219,19 +259,22 @@ def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> SqlMemoryStore:
 
 _postgres_passed = 0
 _qdrant_passed = 0
+_pgbouncer_passed = 0
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    global _postgres_passed, _qdrant_passed
+    global _postgres_passed, _qdrant_passed, _pgbouncer_passed
     if report.when == "call" and report.passed and "postgres" in report.keywords:
         _postgres_passed += 1
     if report.when == "call" and report.passed and "qdrant" in report.keywords:
         _qdrant_passed += 1
+    if report.when == "call" and report.passed and "pgbouncer" in report.keywords:
+        _pgbouncer_passed += 1
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """With MEMORIA_REQUIRE_POSTGRES=1 (MEMORIA_REQUIRE_QDRANT=1), a run in which no
-    PostgreSQL (Qdrant server) test passed fails."""
+    """With MEMORIA_REQUIRE_POSTGRES=1 (MEMORIA_REQUIRE_QDRANT=1, MEMORIA_REQUIRE_PGBOUNCER=1),
+    a run in which no PostgreSQL (Qdrant server, PgBouncer) test passed fails."""
     if exitstatus != 0 or not session.testscollected:
         return
     if REQUIRE_POSTGRES and _postgres_passed == 0:
@@ -239,6 +282,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = 1
     if REQUIRE_QDRANT and _qdrant_passed == 0:
         print("\nFAILED: MEMORIA_REQUIRE_QDRANT=1 but no Qdrant server test passed")
+        session.exitstatus = 1
+    if REQUIRE_PGBOUNCER and _pgbouncer_passed == 0:
+        print("\nFAILED: MEMORIA_REQUIRE_PGBOUNCER=1 but no PgBouncer test passed")
         session.exitstatus = 1
 
 

@@ -36,6 +36,29 @@ def pg_urls() -> tuple[str, str]:
     return urls["MEMORIA_TEST_PG_OWNER_URL"], urls["MEMORIA_TEST_PG_APP_URL"]
 
 
+def pgbouncer_url() -> str:
+    """The service role's URL through the test PgBouncer (transaction pooling, in front of the
+    PostgreSQL of `pg_urls`): MEMORIA_TEST_PGBOUNCER_URL when set, else from
+    `scripts/pgbouncer.sh start` (which starts both if they are not running)."""
+    url = os.environ.get("MEMORIA_TEST_PGBOUNCER_URL")
+    if url:
+        return url
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "pgbouncer.sh"), "start"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        start_new_session=True,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"scripts/pgbouncer.sh start failed:\n{out.stderr[-2000:]}")
+    for line in out.stdout.splitlines():
+        if line.startswith("export MEMORIA_TEST_PGBOUNCER_URL="):
+            return line.split("=", 1)[1]
+    raise RuntimeError(f"scripts/pgbouncer.sh printed no URL:\n{out.stdout}")
+
+
 @dataclass
 class OwnPostgres:
     """A throwaway PostgreSQL cluster of one test: scripts/pg.sh on a directory and port of

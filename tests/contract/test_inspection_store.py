@@ -40,6 +40,7 @@ KINDS = [
     "sqlite-buffered",
     pytest.param("postgres", marks=pytest.mark.postgres),
     pytest.param("postgres-buffered", marks=pytest.mark.postgres),
+    pytest.param("pgbouncer-buffered", marks=[pytest.mark.postgres, pytest.mark.pgbouncer]),
 ]
 
 

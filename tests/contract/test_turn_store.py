@@ -1,6 +1,7 @@
-"""The turn queue, tombstones and erasure, on SQLite, on PostgreSQL as the service role, and on
-the unit tests' in-memory fakes (tests/fakes.py: the turn store and its units of work), which
-are held to what the databases do here."""
+"""The turn queue, tombstones and erasure, on SQLite, on PostgreSQL as the service role (directly
+and through a transaction-pooling PgBouncer), and on the unit tests' in-memory fakes
+(tests/fakes.py: the turn store and its units of work), which are held to what the databases do
+here."""
 
 from __future__ import annotations
 
@@ -33,7 +34,14 @@ LATER = T0 + timedelta(hours=1)
 Operations = TurnOperations | FakeTurnOperations
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "fake"])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("pgbouncer", marks=[pytest.mark.postgres, pytest.mark.pgbouncer]),
+        "fake",
+    ]
+)
 def turns(request: pytest.FixtureRequest, tmp_path: Path) -> Operations:
     if request.param == "fake":
         return FakeTurnOperations()

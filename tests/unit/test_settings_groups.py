@@ -58,6 +58,23 @@ VARIABLES: list[tuple[str, str, str, Any, dict[str, str]]] = [
         SecretStr("postgresql+psycopg://a@h/d"),
         {},
     ),
+    (
+        "MEMORIA_DB_POOLER",
+        "store.db_pooler",
+        "transaction",
+        "transaction",
+        {
+            "MEMORIA_DATABASE_URL": "postgresql+psycopg://a@pooler/d",
+            "MEMORIA_READ_CACHE_ENTRIES": "0",
+        },
+    ),
+    (
+        "MEMORIA_DATABASE_LISTEN_URL",
+        "store.database_listen_url",
+        "postgresql+psycopg://a@h/d",
+        SecretStr("postgresql+psycopg://a@h/d"),
+        {},
+    ),
     ("MEMORIA_DB_POOL_SIZE", "store.db_pool_size", "3", 3, {}),
     ("MEMORIA_READ_CACHE_ENTRIES", "store.read_cache_entries", "0", 0, {}),
     ("MEMORIA_READ_CACHE_TTL_SECONDS", "store.read_cache_ttl_seconds", "9", 9.0, {}),
@@ -198,3 +215,25 @@ def test_replace_checks_as_a_start_does() -> None:
     assert settings.indexing.worker_threads == 1  # the original is unchanged
     with pytest.raises(InvalidSettings, match="MEMORIA_INDEX_WORKER_THREADS"):
         settings.replace(index_worker_threads=-1)
+
+
+POOLED = "postgresql+psycopg://app@pooler:6432/memoria"
+DIRECT = "postgresql+psycopg://app@db:5432/memoria"
+
+
+def test_a_transaction_pooler_needs_a_direct_url_for_the_cache_listener() -> None:
+    with pytest.raises(InvalidSettings, match="MEMORIA_DATABASE_LISTEN_URL") as caught:
+        Settings(database_url=POOLED, db_pooler="transaction")
+    assert "MEMORIA_READ_CACHE_ENTRIES" in str(caught.value)  # or no cache at all
+    with_listener = Settings(
+        database_url=POOLED, db_pooler="transaction", database_listen_url=DIRECT
+    )
+    assert with_listener.store.listen_url == DIRECT
+    uncached = Settings(database_url=POOLED, db_pooler="transaction", read_cache_entries=0)
+    assert uncached.store.listen_url == POOLED  # never used: no cache, no listener
+    assert Settings(database_url=DIRECT).store.listen_url == DIRECT
+
+
+def test_a_pooler_needs_a_postgresql_url() -> None:
+    with pytest.raises(InvalidSettings, match="MEMORIA_DB_POOLER"):
+        Settings(db_pooler="transaction", read_cache_entries=0)

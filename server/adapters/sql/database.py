@@ -29,6 +29,7 @@ from server.adapters.disk import FreeSpace
 from server.adapters.sql.engine import (
     KEY_SEPARATOR,
     WRITE_OPTION,
+    behind_pooler,
     create_postgres_autocommit_engine,
 )
 from server.domain.errors import ErrorReason, MemoriaError, StorageFull
@@ -172,6 +173,8 @@ class SqlDatabase:
         self._engine = engine
         self.space = space
         self._postgres = engine.dialect.name == "postgresql"
+        # Behind a transaction pooler `call` cannot keep prepared statements on a connection.
+        self._pooler = behind_pooler(engine)
         # Names this store's writes in their change notifications (storage/cache.py): 16 hex
         # digits of a 62-bit number, the form migration 0007 recognises as a server's.
         self.origin = origin if origin is not None else f"{secrets.randbits(62):016x}"
@@ -264,6 +267,10 @@ class SqlDatabase:
         threads waiting for the GIL, every release hands it over, and those hand-offs cost
         more of the server's CPU than the statement itself (docs/decisions.md).
 
+        Behind a transaction pooler the next statement may run on another server connection,
+        where the prepared one does not exist: there it runs as libpq's unnamed statement
+        (PQexecParams, parsed each time, still one blocking round trip).
+
         Telemetry sees each statement through `trace_calls`.
         """
         assert self._autocommit is not None
@@ -271,7 +278,10 @@ class SqlDatabase:
             pooled = self._autocommit.raw_connection()
             try:
                 conn: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
-                row = _execute_prepared(conn, pooled.info, sql, params)
+                if self._pooler:
+                    row = _execute_unnamed(conn, sql, params)
+                else:
+                    row = _execute_prepared(conn, pooled.info, sql, params)
             except psycopg.OperationalError as error:
                 pooled.invalidate(error)  # the connection is gone: never hand it out again
                 raise
@@ -327,6 +337,26 @@ def _execute_prepared(
             del prepared[name]
             pgconn.exec_(b"DEALLOCATE " + name)
         raise error
+    return _one_row(tx, result)
+
+
+def _execute_unnamed(
+    conn: psycopg.Connection[Any], sql: str, params: Sequence[Any]
+) -> tuple[Any, ...]:
+    """Run `sql` as libpq's unnamed statement (parse, bind and execute in one round trip,
+    nothing left on the server connection): for a transaction pooler; the first row."""
+    _, text_ = _prepared_statement(sql)
+    tx = psycopg.adapt.Transformer(conn)
+    values = tx.dump_sequence(params, [PyFormat.TEXT] * len(params))
+    result = conn.pgconn.exec_params(text_, values, None, None, psycopg.pq.Format.TEXT)
+    if result.status != psycopg.pq.ExecStatus.TUPLES_OK:
+        raise _error(conn, result)
+    return _one_row(tx, result)
+
+
+def _one_row(tx: Any, result: Any) -> tuple[Any, ...]:
+    """The one row of `result`, loaded by `tx` (the psycopg Transformer that dumped the
+    parameters)."""
     assert result.ntuples == 1  # the functions called here always return one row
     tx.set_pgresult(result)
     row: tuple[Any, ...] = tx.load_row(0, tuple)

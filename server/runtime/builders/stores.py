@@ -6,15 +6,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import psycopg
 from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
 
 from server.adapters.disk import FreeSpace, startup_refusal
 from server.adapters.sql import migrate
 from server.adapters.sql.blocks import SqlMemoryStore
 from server.adapters.sql.cache import CachedMemoryStore, PostgresChangeListener
 from server.adapters.sql.database import SqlDatabase
-from server.adapters.sql.engine import create_store_engine, sqlite_url
+from server.adapters.sql.engine import (
+    create_store_engine,
+    libpq_conninfo,
+    reaches_postgres_directly,
+    sqlite_url,
+)
 from server.domain.ports import ChunkIndex, Embedder, MemoryStore
 from server.runtime.builders.search import SearchParts, build_search_parts
 from server.runtime.settings import Settings, StartupRefusal
@@ -41,7 +46,8 @@ def build_free_space(settings: Settings) -> FreeSpace | None:
 
 
 def build_engine(settings: Settings) -> Engine:
-    """The relational store: SQLite under the data dir (migrated now) or PostgreSQL."""
+    """The relational store: SQLite under the data dir (migrated now) or PostgreSQL, directly
+    or through the transaction pooler the settings declare (checked: `check_pooler`)."""
     store = settings.store
     if store.database_url is None:
         store.data_dir.mkdir(parents=True, exist_ok=True)
@@ -49,7 +55,9 @@ def build_engine(settings: Settings) -> Engine:
         migrate.upgrade(engine)
         return engine
     engine = create_store_engine(
-        store.database_url.get_secret_value(), pool_size=store.db_pool_size
+        store.database_url.get_secret_value(),
+        pool_size=store.db_pool_size,
+        pooler=store.db_pooler == "transaction",
     )
     if not migrate.is_current(engine):
         raise StartupRefusal(
@@ -57,7 +65,42 @@ def build_engine(settings: Settings) -> Engine:
             "`memoria migrate --database-url <owner url> --app-role <service role>` first",
             "database_url",
         )
+    check_pooler(settings)
     return engine
+
+
+def check_pooler(settings: Settings) -> None:
+    """Refuse a start whose connections would break on the way to PostgreSQL: a database URL
+    that leads through a pooler when none is declared (the named prepared statements of the
+    hot paths would fail, or run on the wrong connection, once a transaction pooler lends
+    another server connection), or a listen URL that does not reach PostgreSQL itself (a
+    LISTEN on a pooled connection goes deaf, and the read cache would serve stale blocks).
+    A pooler declared where there is none costs only the prepared statements: allowed."""
+    store = settings.store
+    declared = store.db_pooler != "none"
+    url = store.database_listen_url if declared else store.database_url
+    if url is None:
+        return
+    try:
+        direct = reaches_postgres_directly(url.get_secret_value())
+    except psycopg.OperationalError as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        name = "database_listen_url" if declared else "database_url"
+        raise StartupRefusal(f"cannot use the database: {first}", name) from None
+    if direct:
+        return
+    if declared:
+        raise StartupRefusal(
+            "the listen URL leads through a connection pooler: the read cache's LISTEN needs a "
+            "connection to PostgreSQL itself",
+            "database_listen_url",
+        )
+    raise StartupRefusal(
+        "the database URL leads through a connection pooler, not to PostgreSQL itself: "
+        "declare it with MEMORIA_DB_POOLER=transaction (docs/operations.md)",
+        "database_url",
+        "db_pooler",
+    )
 
 
 def build_read_cache(
@@ -81,10 +124,9 @@ def build_read_cache(
     store.db.on_memory_change(cache.invalidate)
     if config.database_url is None:
         return cache, None
-    url = make_url(config.database_url.get_secret_value()).set(drivername="postgresql")
-    listener = PostgresChangeListener(
-        url.render_as_string(hide_password=False), cache, own_origin=store.db.origin
-    )
+    listen_url = config.listen_url
+    assert listen_url is not None  # PostgreSQL
+    listener = PostgresChangeListener(libpq_conninfo(listen_url), cache, own_origin=store.db.origin)
     listener.start()
     return cache, listener
 

@@ -208,6 +208,17 @@ class StoreSettings(SettingsGroup):
     database_url: SecretStr | None = None
     """`postgresql+psycopg://memoria_app:…@host/db` (the service role); unset: SQLite in the data
     directory"""
+    # Behind a transaction-pooling PgBouncer (docs/decisions.md, "Behind a transaction
+    # pooler"): a start without it that finds a pooler in the way is refused (the probe in
+    # server/adapters/sql/engine.py), since named prepared statements would fail there.
+    db_pooler: Literal["none", "transaction"] = "none"
+    """`transaction`: the database URL leads through a transaction-pooling PgBouncer, so nothing is
+    kept on a connection beyond a transaction (no prepared statements, no session settings);
+    `none`: it reaches PostgreSQL itself (checked at start)"""
+    database_listen_url: SecretStr | None = None
+    """a URL that reaches PostgreSQL directly, for the read cache's one LISTEN connection; needed
+    with MEMORIA_DB_POOLER=transaction (unless MEMORIA_READ_CACHE_ENTRIES=0); unset: the database
+    URL"""
     db_pool_size: int = Field(default=8, ge=1, le=256)
     """connections per pool (PostgreSQL: one pool of autocommit connections for the hot paths, one
     for the rest)"""
@@ -224,10 +235,33 @@ class StoreSettings(SettingsGroup):
     """embedded stores: the percentage of the filesystem kept free (see
     MEMORIA_DISK_MIN_FREE_BYTES)"""
 
+    @model_validator(mode="after")
+    def _pooler(self) -> StoreSettings:
+        if self.db_pooler == "none":
+            return self
+        if self.database_url is None:
+            raise Conflict("a pooler needs a PostgreSQL database URL", "db_pooler", "database_url")
+        if self.read_cache_entries > 0 and self.database_listen_url is None:
+            # LISTEN on a pooled connection hears nothing once the transaction ends: the read
+            # cache would never learn of other replicas' writes.
+            raise Conflict(
+                "behind a transaction pooler the read cache needs a direct connection for its "
+                "LISTEN: set the listen URL, or turn the cache off",
+                "database_listen_url",
+                "read_cache_entries",
+            )
+        return self
+
     @property
     def embedded(self) -> bool:
         """SQLite for blocks and audit (one process owns the data dir)."""
         return self.database_url is None
+
+    @property
+    def listen_url(self) -> str | None:
+        """Where the read cache's listener connects (PostgreSQL only)."""
+        url = self.database_listen_url or self.database_url
+        return None if url is None else url.get_secret_value()
 
 
 class QdrantSettings(SettingsGroup):
