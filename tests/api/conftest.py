@@ -23,7 +23,7 @@ from server.domain.ports import ChunkIndex, Embedder
 from server.runtime.app import Running, start
 from server.runtime.settings import Settings
 from server.telemetry import Telemetry
-from tests.conftest import SQL_KINDS, PgDatabase
+from tests.conftest import PGBOUNCER, SQL_KINDS, PgDatabase, PooledDatabase
 
 Metadata = tuple[tuple[str, str], ...]
 """Call metadata as grpc's stubs type it (a tuple of pairs; grpc itself takes any sequence)."""
@@ -80,6 +80,11 @@ def server_settings(
     if kind == "postgres":
         db: PgDatabase = request.getfixturevalue("postgres")
         database_url = db.app_url
+    if kind == "pgbouncer":
+        # Through the transaction pooler, as declared; the read cache's LISTEN goes direct.
+        pooled: PooledDatabase = request.getfixturevalue("pgbouncer")
+        database_url = pooled.pooled_url
+        extra = {"db_pooler": "transaction", "database_listen_url": pooled.direct.app_url} | extra
     return Settings(
         listen="127.0.0.1:0",
         data_dir=tmp_path / "data",
@@ -90,9 +95,17 @@ def server_settings(
     )
 
 
+THROUGH_PGBOUNCER = pytest.mark.parametrize("api", [*SQL_KINDS, PGBOUNCER], indirect=True)
+"""Marks an API case that also runs behind the transaction-pooling PgBouncer (`api` of the
+"pgbouncer" kind). Chosen cases only: each one exercises a path the pooler could break (the
+hot paths' SQL functions, the write transactions, the audit pages, indexing and search,
+deletion and erasure) without running the whole API suite a third time."""
+
+
 @pytest.fixture(params=SQL_KINDS)
 def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
-    """A server in trusted-headers mode on loopback, on SQLite or PostgreSQL."""
+    """A server in trusted-headers mode on loopback, on SQLite or PostgreSQL (or behind
+    PgBouncer: THROUGH_PGBOUNCER)."""
     with serving(server_settings(request.param, request, tmp_path)) as api:
         yield api
 

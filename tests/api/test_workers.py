@@ -31,7 +31,7 @@ from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
 from tests.api.conftest import Metadata
 from tests.api.test_lifecycle import START_TIMEOUT_S, _env
-from tests.conftest import PgDatabase
+from tests.conftest import PgDatabase, PooledDatabase
 from tests.processes import MEMORIA, wait_for_port
 from tests.qdrant_server import QdrantEndpoint
 
@@ -153,14 +153,23 @@ def serve_two(port_file: Path, database_url: str, qdrant_url: str | None = None)
 
 
 @pytest.fixture
-def group(tmp_path: Path, postgres: PgDatabase, qdrant_env: dict[str, str]) -> Iterator[Group]:
-    """`memoria serve --workers 2` on port 0 with a port file; always stopped at the end."""
+def group(
+    request: pytest.FixtureRequest, tmp_path: Path, postgres: PgDatabase, qdrant_env: dict[str, str]
+) -> Iterator[Group]:
+    """`memoria serve --workers 2` on port 0 with a port file; always stopped at the end.
+    Parametrized "pgbouncer", both processes reach PostgreSQL through the transaction-pooling
+    PgBouncer, and each one's read cache listens on a direct connection."""
     port_file = tmp_path / "port"
     log = tmp_path / "group.log"
     env = _env() | qdrant_env | {"MEMORIA_SHUTDOWN_GRACE_SECONDS": str(GRACE_S)}
+    database_url = postgres.app_url
+    if getattr(request, "param", "postgres") == "pgbouncer":
+        pooled: PooledDatabase = request.getfixturevalue("pgbouncer")
+        database_url = pooled.pooled_url
+        env |= {"MEMORIA_DB_POOLER": "transaction", "MEMORIA_DATABASE_LISTEN_URL": postgres.app_url}
     with log.open("wb") as out:
         process = subprocess.Popen(
-            serve_two(port_file, postgres.app_url),
+            serve_two(port_file, database_url),
             cwd=tmp_path,
             env=env,
             stdout=out,
@@ -191,6 +200,11 @@ def _who() -> Metadata:
 
 @pytest.mark.postgres
 @pytest.mark.qdrant
+@pytest.mark.parametrize(
+    "group",
+    ["postgres", pytest.param("pgbouncer", marks=pytest.mark.pgbouncer)],
+    indirect=True,
+)
 def test_two_processes_serve_one_port_on_shared_stores(group: Group) -> None:
     children = group.children()
     assert sorted(children) == [1, 2], group.output()

@@ -1,5 +1,7 @@
 """The read cache across replicas on PostgreSQL: one replica's committed write reaches the
-other's cache through LISTEN/NOTIFY, and a lost listener turns the cache off until it is back.
+other's cache through LISTEN/NOTIFY (also when the replicas write through a transaction-pooling
+PgBouncer and listen on a direct connection), and a lost listener turns the cache off until it
+is back.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from server.adapters.sql.cache import (
 from server.adapters.sql.database import SqlDatabase
 from server.adapters.sql.engine import CHANGE_CHANNEL, create_store_engine
 from server.domain.model import AuditAction, Change, NewAuditEvent, StoredBlock, Writer
-from tests.conftest import PgDatabase
+from tests.conftest import PgDatabase, PooledDatabase
 
 pytestmark = pytest.mark.postgres
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -63,9 +65,17 @@ def conninfo(database: PgDatabase) -> str:
     return make_url(database.app_url).set(drivername="postgresql").render_as_string(False)
 
 
-def start_replica(database: PgDatabase, *, wait: bool = True) -> Replica:
-    """A server's store, read cache and listener; with `wait`, once its cache is on."""
-    store = SqlMemoryStore(SqlDatabase(create_store_engine(database.app_url, pool_size=2)))
+def start_replica(
+    database: PgDatabase, *, wait: bool = True, pooled_url: str | None = None
+) -> Replica:
+    """A server's store, read cache and listener; with `wait`, once its cache is on. With
+    `pooled_url` the store goes through the transaction pooler there, the listener direct."""
+    engine = (
+        create_store_engine(pooled_url, pool_size=2, pooler=True)
+        if pooled_url is not None
+        else create_store_engine(database.app_url, pool_size=2)
+    )
+    store = SqlMemoryStore(SqlDatabase(engine))
     cache = Recorder(store)
     listener = PostgresChangeListener(
         conninfo(database), cache, own_origin=store.db.origin, check_seconds=0.2
@@ -81,9 +91,16 @@ def stop_replica(replica: Replica) -> None:
     replica.store.db.dispose()
 
 
-@pytest.fixture
-def replicas(postgres: PgDatabase) -> Iterator[tuple[Replica, Replica]]:
-    made = [start_replica(postgres), start_replica(postgres)]
+@pytest.fixture(params=["postgres", pytest.param("pgbouncer", marks=pytest.mark.pgbouncer)])
+def replicas(
+    request: pytest.FixtureRequest, postgres: PgDatabase
+) -> Iterator[tuple[Replica, Replica]]:
+    """Two replicas; "pgbouncer": writing through the transaction pooler, listening direct."""
+    pooled_url = None
+    if request.param == "pgbouncer":
+        pooled: PooledDatabase = request.getfixturevalue("pgbouncer")
+        pooled_url = pooled.pooled_url
+    made = [start_replica(postgres, pooled_url=pooled_url) for _ in range(2)]
     yield made[0], made[1]
     for replica in made:
         stop_replica(replica)
