@@ -28,11 +28,20 @@ and PostgreSQL, so absolute numbers move with the neighbours' load. Runs are int
 RPC to the no-op measured in the same round is the result; the table shows medians over
 rounds.
 
+With ``--pooler`` the same run also starts a second server on the same database behind a
+transaction-pooling PgBouncer (``scripts/pgbouncer.sh``, MEMORIA_DB_POOLER=transaction, its
+read cache listening direct), measures render and rewrite through it in the same interleaved
+rounds (labels ``render@pgb``, ``rewrite@pgb``), and prints each as a ratio to the direct
+server's in the same round. Both servers listen for the other's writes, as two replicas do, so
+every rewrite of either announces itself (NOTIFY): the direct figures of such a run are a
+little below a run without ``--pooler``.
+
 Usage (from the repository root)::
 
     .venv/bin/python bench/bench_blocks.py                   # PostgreSQL, about 2 minutes
     .venv/bin/python bench/bench_blocks.py --duration 3 --rounds 1
     .venv/bin/python bench/bench_blocks.py --sqlite          # the embedded default instead
+    .venv/bin/python bench/bench_blocks.py --pooler          # and behind PgBouncer, as ratios
 
 PostgreSQL is the benchmarks' durable cluster (fsync, synchronous_commit and full_page_writes
 on; ``harness.bench_pg_urls``, started by ``scripts/pg.sh`` under ``.pg-bench/`` and left
@@ -50,12 +59,13 @@ import os
 import random
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +77,7 @@ from harness import (
     Database,
     Population,
     Rpc,
+    bench_pgbouncer_url,
     check_answers,
     ghz_version,
     postgres_database,
@@ -88,6 +99,7 @@ from procs import (
     raise_on_sigterm,
     software_line,
 )
+from sqlalchemy.engine import make_url
 
 from server.runtime.settings import Settings
 
@@ -96,6 +108,9 @@ WARMUP_REQUESTS = 400
 
 # Targets from the issue: requests/s of each RPC as a ratio to the no-op's.
 TARGETS = {"render": 0.6, "get": 0.6, "rewrite": 0.3}
+POOLED = "@pgb"
+"""Label suffix of a call served by the server behind PgBouncer (--pooler)."""
+POOLED_RPCS = ("render", "rewrite")
 
 
 @dataclass(frozen=True)
@@ -165,6 +180,7 @@ class Bench:
     duration_s: int
     deadline: float
     postmaster_pid: int | None = None
+    pooled: ServerProcess | None = None  # --pooler: the server behind PgBouncer (POOLED labels)
     results: list[RunResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     rewrites_ok: int = 0  # every OK rewrite must have appended exactly one audit event
@@ -174,6 +190,13 @@ class Bench:
         self._runs += 1
         return f"r{self._runs}", random.Random(self._runs).randrange(100_000)
 
+    def server_for(self, rpc: Rpc) -> ServerProcess:
+        """The server a call is measured on: the pooled one for POOLED labels."""
+        if rpc.label.endswith(POOLED):
+            assert self.pooled is not None
+            return self.pooled
+        return self.server
+
     def warm_up(self) -> None:
         """Every RPC once at the highest concurrency: fills pools and proves each call works."""
         for rpc in self.calls:
@@ -181,7 +204,7 @@ class Bench:
             args = rpc_args(rpc, max(self.concurrencies), tag, offset)
             report = run_ghz(
                 self.ghz,
-                self.server.port,
+                self.server_for(rpc).port,
                 [*args, "-n", str(WARMUP_REQUESTS)],
                 GHZ_EXTRA_TIMEOUT_S,
             )
@@ -206,9 +229,10 @@ class Bench:
             "--duration-stop",
             "wait",
         ]
-        before = self._cpu_seconds()
-        report = run_ghz(self.ghz, self.server.port, args, self.duration_s + GHZ_EXTRA_TIMEOUT_S)
-        after = self._cpu_seconds()
+        server = self.server_for(rpc)
+        before = self._cpu_seconds(server)
+        report = run_ghz(self.ghz, server.port, args, self.duration_s + GHZ_EXTRA_TIMEOUT_S)
+        after = self._cpu_seconds(server)
         cpu = CpuSeconds(
             server=after.server - before.server,
             database=(
@@ -230,7 +254,7 @@ class Bench:
             self.problems.append(problem)
             print(f"WARNING: {problem}", file=sys.stderr, flush=True)
         print(
-            f"  round {rnd} c={concurrency:<3} {rpc.label:<8} rps={result.rps:8.1f} "
+            f"  round {rnd} c={concurrency:<3} {rpc.label:<11} rps={result.rps:8.1f} "
             f"p50={result.p50_ms:7.2f}ms p99={result.p99_ms:7.2f}ms "
             f"cpu us/call: server={result.server_cpu_us:.0f} db={_us(result.db_cpu_us)} "
             f"ghz={result.ghz_cpu_us:.0f} errors={result.error_count}",
@@ -239,14 +263,14 @@ class Bench:
         )
         return result
 
-    def _cpu_seconds(self) -> CpuSeconds:
+    def _cpu_seconds(self, server: ServerProcess) -> CpuSeconds:
         database = None
         if self.postmaster_pid is not None:
             try:
                 database = process_tree_cpu_seconds(self.postmaster_pid)
             except OSError:
                 self.postmaster_pid = None  # not readable here: report n/a
-        return CpuSeconds(self.server.cpu_seconds(), database, children_cpu_seconds())
+        return CpuSeconds(server.cpu_seconds(), database, children_cpu_seconds())
 
     def run(self, rounds: int) -> None:
         """Each round: each concurrency, every RPC in an order rotated by round and level."""
@@ -325,7 +349,7 @@ def summarize(results: Sequence[RunResult], label: str, concurrency: int) -> Sum
 def print_report(bench: Bench) -> None:
     print()
     print(
-        f"{'rpc':<8} {'in-flight':>9} {'rps':>9} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'rpc':<11} {'in-flight':>9} {'rps':>9} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'x no-op':>8} {'cpu us':>7} {'db us':>6} {'ghz us':>6} {'runs':>5} {'errors':>6}"
     )
     summaries: dict[tuple[str, int], Summary] = {}
@@ -337,7 +361,7 @@ def print_report(bench: Bench) -> None:
             summaries[(rpc.label, concurrency)] = s
             ratio = f"{s.ratio:.2f}" if s.ratio is not None else "n/a"
             print(
-                f"{rpc.label:<8} {concurrency:>9} {s.rps:>9.1f} {s.p50_ms:>8.2f} "
+                f"{rpc.label:<11} {concurrency:>9} {s.rps:>9.1f} {s.p50_ms:>8.2f} "
                 f"{s.p99_ms:>8.2f} {ratio:>8} {s.server_cpu_us:>7.0f} {_us(s.db_cpu_us):>6} "
                 f"{s.ghz_cpu_us:>6.0f} {s.runs:>5} {s.errors:>6}"
             )
@@ -354,6 +378,33 @@ def print_report(bench: Bench) -> None:
             print(
                 f"  in-flight {concurrency:>2}: {label} >= {target}: {verdict} (x{s.ratio:.2f}; "
                 f"per round {rounds})"
+            )
+
+
+def print_pooled_report(bench: Bench) -> None:
+    """--pooler: each pooled call's requests/s as a ratio to the direct server's in the same
+    round (medians over rounds; per round in parentheses)."""
+    print()
+    print("Through PgBouncer (transaction pooling) / direct, requests/s in the same round:")
+    for concurrency in bench.concurrencies:
+        for label in POOLED_RPCS:
+            direct = {
+                r.round: r.rps
+                for r in bench.results
+                if r.rpc == label and r.concurrency == concurrency
+            }
+            ratios = [
+                r.rps / direct[r.round]
+                for r in bench.results
+                if r.rpc == label + POOLED and r.concurrency == concurrency and direct.get(r.round)
+            ]
+            if not ratios:
+                print(f"  in-flight {concurrency:>2}: {label}: not measured")
+                continue
+            rounds = " ".join(f"{r:.2f}" for r in ratios)
+            print(
+                f"  in-flight {concurrency:>2}: {label}: x{statistics.median(ratios):.2f} "
+                f"(per round {rounds})"
             )
 
 
@@ -375,6 +426,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--empty-principals", type=int, default=300, help="principals with no block (reads only)"
     )
     p.add_argument("--sqlite", action="store_true", help="the embedded SQLite default instead")
+    p.add_argument(
+        "--pooler",
+        action="store_true",
+        help="also render and rewrite through a second server behind PgBouncer (transaction "
+        "pooling), reported as ratios to the direct server's",
+    )
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16], help="calls in flight")
     p.add_argument(
         "--only",
@@ -393,7 +450,52 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--rounds, --duration, --principals must be >= 1, --empty-principals >= 0")
     if min(args.concurrency) < 1:
         p.error("--concurrency must be >= 1")
+    if args.pooler and args.sqlite:
+        p.error("--pooler needs PostgreSQL, not --sqlite")
     return args
+
+
+def start_pooled_server(stack: ExitStack, database: Database) -> ServerProcess:
+    """A second `memoria serve` on `database` through the benchmark's PgBouncer (transaction
+    pooling), its read cache listening on the direct URL; stopped with `stack`."""
+    name = make_url(database.app_url).database
+    pooled_url = make_url(bench_pgbouncer_url()).set(database=name)
+    workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-pooled-")))
+    server = ServerProcess(
+        # A data dir of its own: the embedded chunk index under the default one is the first
+        # server's.
+        [
+            "--database-url",
+            pooled_url.render_as_string(hide_password=False),
+            "--data-dir",
+            str(workdir / "data"),
+        ],
+        workdir,
+        service=SERVICE,
+        stop_timeout_s=SERVER_STOP_TIMEOUT_S,
+        env={
+            "MEMORIA_PAGE_TOKEN_SECRET": "bench-only-not-a-secret",
+            "MEMORIA_DB_POOLER": "transaction",
+            "MEMORIA_DATABASE_LISTEN_URL": database.app_url,
+        },
+    )
+    stack.callback(server.stop)
+    server.wait_serving(SERVER_START_TIMEOUT_S)
+    print(f"pooled server pid {server.proc.pid} on {HOST}:{server.port}", file=sys.stderr)
+    return server
+
+
+def pooled_description(server: ServerProcess) -> str:
+    """Where the pooled server's connections go, for the report."""
+    version = subprocess.run(
+        ["/usr/sbin/pgbouncer", "--version"], capture_output=True, text=True, check=False
+    ).stdout.splitlines()
+    return (
+        f"memoria serve (pid {server.proc.pid}) through {version[0] if version else 'PgBouncer'} "
+        "(pool_mode=transaction, scripts/pgbouncer.sh) on the same database, "
+        "MEMORIA_DB_POOLER=transaction, its read cache listening direct; its db us counts "
+        "PostgreSQL's processes, not PgBouncer's"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -403,6 +505,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     population = Population(args.principals, args.empty_principals)
     calls = [r for r in rpcs(population) if not args.only or r.label in args.only]
+    if args.pooler:
+        calls += [replace(r, label=r.label + POOLED) for r in calls if r.label in POOLED_RPCS]
     # What the server derives from this environment (a dict, as in server/runtime/cli.py, since
     # mypy does not see the environment-filled defaults of a pydantic BaseSettings).
     overrides: dict[str, Any] = {"listen": f"{HOST}:0"}
@@ -435,6 +539,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             server.wait_serving(SERVER_START_TIMEOUT_S)
             print(f"server pid {server.proc.pid} on {HOST}:{server.port}", file=sys.stderr)
             check_answers(server.port, population)
+            pooled = None
+            if args.pooler:
+                pooled = start_pooled_server(stack, database)
+                facts.append(f"pooled server: {pooled_description(pooled)}")
+                check_answers(pooled.port, population)
             bench = Bench(
                 ghz,
                 server,
@@ -443,6 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.duration,
                 deadline=started + args.time_budget,
                 postmaster_pid=database.postmaster_pid,
+                pooled=pooled,
             )
             bench.warm_up()
             facts.append(f"server OS threads after warm-up: {server.os_threads()}")
@@ -477,6 +587,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if bench is not None:
         print_report(bench)
+        if bench.pooled is not None:
+            print_pooled_report(bench)
         for problem in bench.problems:
             print(f"ERRORS: {problem}")
     print()

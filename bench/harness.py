@@ -94,23 +94,46 @@ def bench_pg_urls() -> tuple[str, str]:
     (stop it with `MEMORIA_PG_DIR=.pg-bench MEMORIA_PG_PORT=<port> scripts/pg.sh stop`).
     MEMORIA_BENCH_PG=fast: the tests' cluster (MEMORIA_TEST_PG_* when both are set).
     """
-    mode = os.environ.get("MEMORIA_BENCH_PG", "durable")
-    if mode not in ("durable", "fast"):
-        raise SystemExit(f"MEMORIA_BENCH_PG must be durable or fast, not {mode!r}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "MEMORIA_PG_"))}
-    if mode == "fast":
+    if _bench_pg_mode() == "fast":
         owner = os.environ.get("MEMORIA_TEST_PG_OWNER_URL")
         app = os.environ.get("MEMORIA_TEST_PG_APP_URL")
         if owner and app:
             return owner, app
-    else:
+    urls = _start("pg.sh")
+    return urls["MEMORIA_TEST_PG_OWNER_URL"], urls["MEMORIA_TEST_PG_APP_URL"]
+
+
+def bench_pgbouncer_url() -> str:
+    """The service role's URL through a transaction-pooling PgBouncer (`scripts/pgbouncer.sh`,
+    started if it is not running, and left running) in front of `bench_pg_urls`' PostgreSQL:
+    by default its own, on 18432 plus a number from the checkout's path (0-999), away from the
+    tests' (16432-17431); MEMORIA_BENCH_PG=fast: the tests' PgBouncer."""
+    return _start("pgbouncer.sh")["MEMORIA_TEST_PGBOUNCER_URL"]
+
+
+def _bench_pg_mode() -> str:
+    mode = os.environ.get("MEMORIA_BENCH_PG", "durable")
+    if mode not in ("durable", "fast"):
+        raise SystemExit(f"MEMORIA_BENCH_PG must be durable or fast, not {mode!r}")
+    return mode
+
+
+def _start(script: str) -> dict[str, str]:
+    """`scripts/<script> start` for the benchmark's PostgreSQL (see bench_pg_urls); its exports."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PG", "MEMORIA_PG_", "MEMORIA_PGBOUNCER_"))
+    }
+    if _bench_pg_mode() == "durable":
         env |= {
             "MEMORIA_PG_DURABLE": "1",
             "MEMORIA_PG_DIR": str(ROOT / ".pg-bench"),
             "MEMORIA_PG_PORT": str(bench_pg_port()),
+            "MEMORIA_PGBOUNCER_PORT": str(18432 + zlib.crc32(str(ROOT).encode()) % 1000),
         }
     out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "pg.sh"), "start"],
+        ["bash", str(ROOT / "scripts" / script), "start"],
         env=env,
         capture_output=True,
         text=True,
@@ -119,13 +142,12 @@ def bench_pg_urls() -> tuple[str, str]:
         start_new_session=True,  # a Ctrl-C of the driver does not reach the server
     )
     if out.returncode != 0:
-        raise SystemExit(f"scripts/pg.sh start failed:\n{out.stderr[-2000:]}")
-    urls = dict(
+        raise SystemExit(f"scripts/{script} start failed:\n{out.stderr[-2000:]}")
+    return dict(
         line.removeprefix("export ").split("=", 1)
         for line in out.stdout.splitlines()
         if line.startswith("export ")
     )
-    return urls["MEMORIA_TEST_PG_OWNER_URL"], urls["MEMORIA_TEST_PG_APP_URL"]
 
 
 # --------------------------------------------------------------------------
@@ -278,6 +300,7 @@ class Database:
     description: str
     owner_url: str  # to check the data afterwards, bypassing the server
     postmaster_pid: int | None = None  # a local PostgreSQL's, to count its CPU per call
+    app_url: str = ""  # PostgreSQL: the service role's URL of this database (direct)
 
     def audit_events(self) -> tuple[int, set[str]]:
         """Audit events in the bench tenant (one per effective rewrite) and their principals."""
@@ -356,6 +379,7 @@ def postgres_database(population: Population, name: str = DB_NAME) -> Iterator[D
             f"seeded in {seeded_s:.1f}s",
             owner_db,
             postmaster,
+            app_db,
         )
     finally:
         try:

@@ -185,6 +185,12 @@ def _postgres(out: str) -> None:
     assert section in out
 
 
+def _pgbouncer(out: str) -> None:
+    # Written through the pooler and rendered back (as in _postgres, a rerun's render shows it).
+    section = "Personal memory (42/4,000 characters)\\nPreferred name: Bo\\nStored behind PgBouncer"
+    assert section in out
+
+
 def _qdrant(out: str) -> None:
     assert _after(out, "INDEX_TURN_OUTCOME_INDEXED", '"conversation_id": "q-1"'), "found"
     assert "Under the blue flowerpot." in out
@@ -232,6 +238,7 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "mcp-http": _mcp_http,
     "mcp-client": _mcp_client,
     "postgres": _postgres,
+    "pgbouncer": _pgbouncer,
     "qdrant": _qdrant,
     "reindex": _reindex,
     "inspector": _inspector,

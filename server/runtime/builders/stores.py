@@ -4,6 +4,7 @@ parts (server/runtime/builders/search.py)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import psycopg
@@ -24,6 +25,8 @@ from server.domain.ports import ChunkIndex, Embedder, MemoryStore
 from server.runtime.builders.search import SearchParts, build_search_parts
 from server.runtime.settings import Settings, StartupRefusal
 from server.telemetry import Telemetry, setup_telemetry
+
+log = logging.getLogger(__name__)
 
 
 def build_free_space(settings: Settings) -> FreeSpace | None:
@@ -66,7 +69,23 @@ def build_engine(settings: Settings) -> Engine:
             "database_url",
         )
     check_pooler(settings)
+    if store.db_pooler != "none":
+        _check_statement_timeout(engine)
     return engine
+
+
+def _check_statement_timeout(engine: Engine) -> None:
+    """Behind a transaction pooler Memoria cannot set the statement timeout on its sessions
+    (engine.py, STATEMENT_TIMEOUT_MS): say so when the role has none, since a stuck lock
+    would then hold a call until the client gives up. A warning, not a refusal: nothing is
+    wrong with the data, and some operators bound statements elsewhere."""
+    with engine.connect() as conn:
+        timeout = conn.exec_driver_sql("SHOW statement_timeout").scalar_one()
+    if timeout == "0":
+        log.warning(
+            "behind the pooler no statement timeout is in force: set one for the service role "
+            "(ALTER ROLE ... SET statement_timeout = '15s'; docs/operations.md)"
+        )
 
 
 def check_pooler(settings: Settings) -> None:
