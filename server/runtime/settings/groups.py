@@ -212,9 +212,9 @@ class StoreSettings(SettingsGroup):
     # pooler"): a start without it that finds a pooler in the way is refused (the probe in
     # server/adapters/sql/engine.py), since named prepared statements would fail there.
     db_pooler: Literal["none", "transaction"] = "none"
-    """`transaction`: the database URL leads through a transaction-pooling PgBouncer, so nothing is
-    kept on a connection beyond a transaction (no prepared statements, no session settings);
-    `none`: it reaches PostgreSQL itself (checked at start)"""
+    """`transaction`: the database URL leads through PgBouncer (transaction or session pooling), so
+    nothing is kept on a connection beyond a transaction (no prepared statements, no session
+    settings); `none`: it reaches PostgreSQL itself (checked at start)"""
     database_listen_url: SecretStr | None = None
     """a URL that reaches PostgreSQL directly, for the read cache's one LISTEN connection; needed
     with MEMORIA_DB_POOLER=transaction (unless MEMORIA_READ_CACHE_ENTRIES=0); unset: the database
