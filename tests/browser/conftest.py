@@ -85,6 +85,12 @@ class Person:
         expect(page.locator("#account")).to_be_visible()
         return page
 
+    def open_history(self) -> None:
+        """Shows the History section's list (it is read only while open)."""
+        self.page.click("#history-toggle")
+        expect(self.page.locator("#history-toggle")).to_have_attribute("aria-expanded", "true")
+        expect(self.page.locator("#history-status")).not_to_be_empty()
+
 
 @pytest.fixture
 def person(web_api: Api, browser: Browser, tmp_path: Path) -> Iterator[Person]:

@@ -46,7 +46,7 @@ def test_each_line_shows_its_origin_and_the_turn_it_came_from(person: Person) ->
     expect(page.locator("#lines li")).to_have_count(2)
     page.fill("#block", "Preferred name: Ana\nJira account: acct-7731\nLikes window seats")
     page.click("#save")
-    expect(page.locator("#message")).to_have_text("Saved.")
+    expect(page.locator("#block-status")).to_have_text("Saved.")
     expect(_line(page, 3)).to_contain_text("by you")
 
     # Turn 2: the model writes a near-duplicate; it reads it pointed out, nothing dropped.
@@ -62,8 +62,8 @@ def test_each_line_shows_its_origin_and_the_turn_it_came_from(person: Person) ->
     )
     assert stored.memory_block.text == text
 
-    page.reload()
-    person.open()
+    page.reload()  # still signed in: the sign-in is kept for the tab
+    expect(page.locator("#account")).to_be_visible()
     line1, line3, line4 = _line(page, 1), _line(page, 3), _line(page, 4)
     expect(line1.locator(".origin")).to_contain_text(
         "by the assistant in conversation trip, turn 1"
@@ -115,7 +115,7 @@ def test_a_repeated_line_is_pointed_out_and_clear_all_leaves_no_origin(person: P
 
     page.click("#clear")
     page.click("#clear-yes")
-    expect(page.locator("#message")).to_have_text("Your memory was cleared.")
+    expect(page.locator("#block-status")).to_have_text("Your memory was cleared.")
     expect(page.locator("#lines-section")).to_be_hidden()
     # Nothing is left to say where a line came from: no block, no origins.
     again = person.api.blocks.GetMemoryBlock(

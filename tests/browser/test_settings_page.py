@@ -54,7 +54,7 @@ def test_edit_counts_live_like_the_server_and_saves(
     page.fill("#block", text)
     live = int(page.locator("#count").get_attribute("data-count") or "-1")
     page.click("#save")
-    expect(page.locator("#message")).to_have_text("Saved.")
+    expect(page.locator("#block-status")).to_have_text("Saved.")
     stored = _stored(person)
     assert live == stored.char_count
     expect(page.locator("#count")).to_contain_text(f"/ {stored.char_limit:,} characters")
@@ -77,7 +77,7 @@ def test_edit_counts_live_like_the_server_and_saves(
     expect(page.locator("#count")).to_have_class("over")
     expect(page.locator("#count")).to_contain_text("5 over the limit")
     page.click("#save")
-    expect(page.locator("#message")).to_contain_text("the limit is 4,000")
+    expect(page.locator("#block-status")).to_contain_text("the limit is 4,000")
     assert _stored(person).etag == stored.etag
     shot = tmp_path / "settings-page.png"
     page.screenshot(path=str(shot), full_page=True)
@@ -105,7 +105,7 @@ def test_conflict_keeps_the_edit_and_offers_both_ways_out(person: Person) -> Non
     page.click("#save")
     expect(page.locator("#conflict")).to_be_visible()
     page.click("#overwrite")
-    expect(page.locator("#message")).to_have_text("Saved.")
+    expect(page.locator("#block-status")).to_have_text("Saved.")
     assert _stored(person).text == "Mine"
 
 
@@ -114,16 +114,23 @@ def test_empty_box_is_not_saved_and_clear_all_confirms(person: Person) -> None:
     page = person.open()
     page.fill("#block", " \n\u200b ")
     page.click("#save")
-    expect(page.locator("#message")).to_contain_text("use Clear all")
+    expect(page.locator("#block-status")).to_contain_text("use Clear all")
     assert _stored(person).text == "Line one\nLine two"
     page.click("#clear")
     expect(page.locator("#clear-confirm")).to_be_visible()
     assert _stored(person).text == "Line one\nLine two"  # nothing until confirmed
     page.click("#clear-yes")
-    expect(page.locator("#message")).to_have_text("Your memory was cleared.")
+    expect(page.locator("#block-status")).to_have_text("Your memory was cleared.")
     assert _stored(person).etag == ""
     expect(page.locator("#block")).to_have_value("")
+    person.open_history()
     expect(page.locator("#audit li").first).to_contain_text("You cleared the memory")
+    expect(page.locator("#audit li").first).to_contain_text("2 lines removed")
+    # The model's earlier write lost its lines with the block, and says why.
+    expect(page.locator("#audit li").nth(1)).to_contain_text(
+        "0 lines removed, 2 added. Their text was deleted when your memory was cleared or "
+        "erased: deleted content is not kept."
+    )
 
 
 def test_markup_in_the_block_is_shown_as_text(person: Person) -> None:
@@ -131,6 +138,7 @@ def test_markup_in_the_block_is_shown_as_text(person: Person) -> None:
     _model_writes(person, hostile)
     page = person.open()
     expect(page.locator("#block")).to_have_value(hostile)
+    person.open_history()
     audit = page.locator("#audit li").first
     expect(audit).to_contain_text("The assistant changed the memory")
     expect(audit).to_contain_text(hostile)
@@ -142,8 +150,16 @@ def test_memory_off_and_history(person: Person) -> None:
     _model_writes(person, "Likes short answers")
     page = person.open()
     expect(page.locator("#memory-enabled")).to_be_checked()
+    expect(page.locator("#block-hint")).to_have_text(
+        "This text is placed in the assistant's instructions on every turn."
+    )
+    person.open_history()
     page.uncheck("#memory-enabled")
-    expect(page.locator("#message")).to_contain_text("Memory is off")
+    expect(page.locator("#settings-status")).to_contain_text("Memory is off")
+    # The Memory card no longer says the text is loaded on every turn.
+    expect(page.locator("#block-hint")).to_contain_text(
+        "Memory is off: this text is not placed in the assistant's instructions"
+    )
     settings = person.api.blocks.GetMemorySettings(
         pb.GetMemorySettingsRequest(), metadata=person.who
     ).settings
@@ -153,7 +169,14 @@ def test_memory_off_and_history(person: Person) -> None:
     expect(first).to_contain_text("Memory turned off")
     expect(page.locator("#audit li").nth(1)).to_contain_text("+ Likes short answers")
     page.check("#memory-enabled")
-    expect(page.locator("#message")).to_have_text("Memory is on.")
+    expect(page.locator("#settings-status")).to_have_text("Memory is on.")
+    expect(page.locator("#block-hint")).to_contain_text("on every turn")
+    # Off is read back as off after a reload (still signed in for this tab).
+    page.uncheck("#memory-enabled")
+    expect(page.locator("#settings-status")).to_contain_text("Memory is off")
+    page.reload()
+    expect(page.locator("#account")).to_be_visible()
+    expect(page.locator("#block-hint")).to_contain_text("Memory is off")
 
 
 def test_errors_are_sentences(person: Person) -> None:
@@ -163,8 +186,8 @@ def test_errors_are_sentences(person: Person) -> None:
     page.check("#mode-token")
     page.fill("#token", "not-a-token")
     page.click("#connect")
-    expect(page.locator("#message")).to_contain_text("You are not signed in")
-    expect(page.locator("#message")).not_to_contain_text("unauthenticated")
+    expect(page.locator("#sign-in-status")).to_contain_text("You are not signed in")
+    expect(page.locator("#sign-in-status")).not_to_contain_text("unauthenticated")
 
 
 def test_conversations_inspector_delete_and_erase(person: Person) -> None:
@@ -198,11 +221,18 @@ def test_conversations_inspector_delete_and_erase(person: Person) -> None:
     expect(page.locator("#inspection .search")).to_contain_text("acct-4821")
     expect(page.locator("#inspection .search li").first).to_contain_text("c-1 turn 1")
 
-    # Delete asks once more, then the conversation is gone for search too.
+    # Delete asks once more, then the conversation is gone for search too, and so is the
+    # inspector that showed one of its turns.
     conversation.locator("button.delete-conversation").click()
+    expect(conversation.locator(".delete-confirm")).to_be_visible()
     assert page.locator("#conversations li[data-conversation='c-1']").count() == 1
-    conversation.locator("button.delete-conversation").click()
+    conversation.locator("button.confirm-delete").click()
     expect(page.locator("#conversations li[data-conversation='c-1']")).to_have_count(0)
+    expect(page.locator("#conversations-status")).to_have_text(
+        "“Which account did the refund go to?” was deleted."
+    )
+    expect(page.locator("#inspection")).to_be_hidden()
+    expect(page.locator("#inspection-body")).to_be_empty()
     hits = api.search.SearchConversations(
         search_pb.SearchConversationsRequest(query="acct-4821"), metadata=person.who
     ).hits
@@ -211,7 +241,7 @@ def test_conversations_inspector_delete_and_erase(person: Person) -> None:
     page.click("#erase")
     expect(page.locator("#erase-confirm")).to_be_visible()
     page.click("#erase-yes")
-    expect(page.locator("#message")).to_have_text("All your data was erased.")
+    expect(page.locator("#erase-status")).to_contain_text("All your data was erased.")
     assert _stored(person).etag == ""
     events = api.audit.ListAuditEvents(audit_pb.ListAuditEventsRequest(), metadata=person.who)
     assert events.events[0].action == audit_pb.AUDIT_ACTION_PRINCIPAL_DATA_ERASED

@@ -50,7 +50,7 @@ def test_a_pasted_token_names_the_person(jwt_web: Api, browser: Browser) -> None
         page.fill("#tenant", jwt_web.tenant)
         page.fill("#principal", principal)
         page.click("#connect")
-        expect(page.locator("#message")).to_contain_text("You are not signed in")
+        expect(page.locator("#sign-in-status")).to_contain_text("You are not signed in")
         expect(page.locator("#account")).to_be_hidden()
         page.check("#mode-token")
         page.fill("#token", token)
@@ -58,7 +58,7 @@ def test_a_pasted_token_names_the_person(jwt_web: Api, browser: Browser) -> None
         expect(page.locator("#account")).to_be_visible()
         page.fill("#block", "Signed in with a token")
         page.click("#save")
-        expect(page.locator("#message")).to_have_text("Saved.")
+        expect(page.locator("#block-status")).to_have_text("Saved.")
     finally:
         context.close()
     stored = jwt_web.blocks.GetMemoryBlock(

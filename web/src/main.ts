@@ -9,6 +9,10 @@
  * by the person, in which conversation and turn, with that turn's inspector one click away), and
  * lines that repeat each other are pointed out as the assistant is told after a write (issue 25).
  *
+ * Each section says what its actions did in its own live region (`.outcome`, role=status), next
+ * to the controls, and keyboard focus is moved on when the control that had it goes away (a
+ * confirmation answered, a conversation deleted, the sign-in form replaced).
+ *
  * Everything shown comes through textContent or form values, never innerHTML: a block holding
  * markup displays as text (and the server's Content-Security-Policy forbids inline script on
  * top of that).
@@ -45,13 +49,20 @@ const $ = <T extends HTMLElement>(id: string): T => {
 
 /** Who the page calls as: a bearer token, the trusted headers (a server on loopback, or a
  * proxy that lets them through), or nothing (a proxy in front authenticates the person and
- * sets the identity itself). Kept for this tab only. */
+ * sets the identity itself).
+ *
+ * Kept in sessionStorage so that a reload stays signed in, and never in localStorage: session
+ * storage belongs to this tab and is gone when the tab closes, while local storage is shared by
+ * every tab of the origin and outlives the browser, so a bearer token left there would stay
+ * usable by anyone at this computer (and by any script the origin ever serves) long after the
+ * person is done. Sign out removes it at once. */
 const identity = {
   mode: (sessionStorage.getItem("memoria.mode") as Mode | null) ?? defaultMode(),
   token: sessionStorage.getItem("memoria.token") ?? "",
   tenant: sessionStorage.getItem("memoria.tenant") ?? "",
   principal: sessionStorage.getItem("memoria.principal") ?? "",
 };
+const IDENTITY_KEYS = ["mode", "token", "tenant", "principal", "signedIn"] as const;
 
 function defaultMode(): Mode {
   const host = location.hostname;
@@ -82,11 +93,21 @@ let baseline = { etag: "", text: "" };
 let charLimit = 0;
 let auditPageToken = "";
 let conversationPageToken = "";
+/** The turn the inspector shows, and the button that opened it (where Close returns focus). */
+let inspected: { conversationId: string; opener: HTMLElement } | undefined;
 
-function say(text: string, isError = false): void {
-  const message = $("message");
-  message.textContent = text;
-  message.classList.toggle("error", isError);
+/** The live region of each section: an action's outcome is said next to its control. */
+type Region = "sign-in" | "block" | "settings" | "history" | "conversations" | "erase";
+
+function say(region: Region, text: string, isError = false): void {
+  const status = $(`${region}-status`);
+  status.textContent = text;
+  status.classList.toggle("error", isError);
+}
+
+/** "1 turn", "2 turns": a count with its noun. */
+function count(n: number, noun: string): string {
+  return `${n.toLocaleString("en-US")} ${noun}${n === 1 ? "" : "s"}`;
 }
 
 function when(time: Timestamp | undefined): string {
@@ -173,7 +194,7 @@ function showLines(answer: GetMemoryBlockResponse): void {
         const inspect = element("button", `What turn ${turn.turnId} used`, "inspect");
         inspect.dataset["conversation"] = turn.conversationId;
         inspect.dataset["turn"] = turn.turnId;
-        inspect.addEventListener("click", () => void inspectTurn(turn.conversationId, turn.turnId));
+        inspect.addEventListener("click", () => void inspectTurn(turn.conversationId, turn.turnId, inspect, "block"));
         about.append(inspect);
       }
     }
@@ -198,7 +219,7 @@ function showLines(answer: GetMemoryBlockResponse): void {
 async function save(overwrite: boolean): Promise<void> {
   const text = $<HTMLTextAreaElement>("block").value;
   if (charCount(text) === 0) {
-    say("An empty memory is not saved. To delete everything, use Clear all.", true);
+    say("block", "An empty memory is not saved. To delete everything, use Clear all.", true);
     $("clear").focus();
     return;
   }
@@ -214,34 +235,57 @@ async function save(overwrite: boolean): Promise<void> {
     $<HTMLTextAreaElement>("block").value = baseline.text;
     $("conflict").hidden = true;
     updateCount();
-    say(answer.changed ? "Saved." : "Nothing to save: your memory already says exactly this.");
+    say("block", answer.changed ? "Saved." : "Nothing to save: your memory already says exactly this.");
     await loadLines();
     await loadAudit(true);
   } catch (error) {
     if (reasonOf(error) === "ERROR_REASON_ETAG_MISMATCH") {
       $("conflict").hidden = false; // the edited text stays in the box
-      say("Memory was changed elsewhere.", true);
+      say("block", "Memory was changed elsewhere. Your edits are still here and nothing was saved.", true);
       return;
     }
-    say(describe(error), true);
+    say("block", describe(error), true);
   }
 }
 
 async function clearAll(): Promise<void> {
   $("clear-confirm").hidden = true;
+  $("block").focus(); // the confirmation that had focus is gone
   try {
     await blocks.deleteMemoryBlock({ writer: Writer.USER });
     await loadBlock();
-    say("Your memory was cleared.");
+    say("block", "Your memory was cleared.");
     await loadAudit(true);
   } catch (error) {
-    say(describe(error), true);
+    say("block", describe(error), true);
   }
+}
+
+/** Asks once more before a destructive action: shows its confirmation with focus on Cancel,
+ * the harmless answer, so a second Enter does not destroy anything. */
+function confirm(box: HTMLElement, cancel: HTMLElement): void {
+  box.hidden = false;
+  cancel.focus();
+}
+
+/** Closes a confirmation unanswered, returning focus to the button that asked for it. */
+function cancel(box: HTMLElement, asker: HTMLElement): void {
+  box.hidden = true;
+  asker.focus();
 }
 
 async function loadSettings(): Promise<void> {
   const { settings } = await blocks.getMemorySettings({});
-  $<HTMLInputElement>("memory-enabled").checked = settings?.memoryEnabled ?? true;
+  showEnabled(settings?.memoryEnabled ?? true);
+}
+
+/** The checkbox, and what the Memory card says about the text: loaded on every turn or not. */
+function showEnabled(enabled: boolean): void {
+  $<HTMLInputElement>("memory-enabled").checked = enabled;
+  $("block-hint").textContent = enabled
+    ? "This text is placed in the assistant's instructions on every turn."
+    : "Memory is off: this text is not placed in the assistant's instructions, and the assistant " +
+      "cannot change it. You can still edit it here.";
 }
 
 async function setEnabled(enabled: boolean): Promise<void> {
@@ -250,12 +294,12 @@ async function setEnabled(enabled: boolean): Promise<void> {
       memoryEnabled: enabled,
       writer: Writer.USER,
     });
-    $<HTMLInputElement>("memory-enabled").checked = settings?.memoryEnabled ?? enabled;
-    say(enabled ? "Memory is on." : "Memory is off: the assistant will not see or change it.");
+    showEnabled(settings?.memoryEnabled ?? enabled);
+    say("settings", enabled ? "Memory is on." : "Memory is off: the assistant will not see or change it.");
     await loadAudit(true);
   } catch (error) {
     $<HTMLInputElement>("memory-enabled").checked = !enabled;
-    say(describe(error), true);
+    say("settings", describe(error), true);
   }
 }
 
@@ -278,17 +322,43 @@ function auditItem(event: AuditEvent): HTMLElement {
     item.append(element("div", event.memoryEnabled ? "Memory turned on" : "Memory turned off"));
   }
   if (event.action === AuditAction.BLOCK_DELETED) {
-    item.append(element("div", `${event.removedLineCount} lines removed`));
+    item.append(element("div", `${count(event.removedLineCount, "line")} removed`));
   }
   if (event.action === AuditAction.CONVERSATION_DELETED) {
-    item.append(element("div", `Conversation ${event.conversationId} (${event.deletedTurnCount} turns)`));
+    item.append(element("div", `Conversation ${event.conversationId} (${count(event.deletedTurnCount, "turn")})`));
+  }
+  if (event.action === AuditAction.PRINCIPAL_DATA_ERASED) {
+    item.append(
+      element("div", `${count(event.removedLineCount, "line")} and ${count(event.deletedTurnCount, "turn")} removed`),
+    );
   }
   for (const line of event.removedLines) item.append(element("div", `− ${line}`, "lines removed"));
   for (const line of event.addedLines) item.append(element("div", `+ ${line}`, "lines added"));
+  const changed = event.removedLineCount + event.addedLineCount;
+  if (event.action === AuditAction.BLOCK_REWRITTEN && changed > 0) {
+    if (event.removedLines.length === 0 && event.addedLines.length === 0) {
+      // The server blanks the lines of every earlier change when the block is cleared or the
+      // data erased (deleted content is not kept): say so, rather than show an empty change.
+      item.append(
+        element(
+          "div",
+          `${count(event.removedLineCount, "line")} removed, ${event.addedLineCount.toLocaleString("en-US")} added. ` +
+            "Their text was deleted when your memory was cleared or erased: deleted content is not kept.",
+          "blanked",
+        ),
+      );
+    }
+  }
   return item;
 }
 
+function historyOpen(): boolean {
+  return !$("history-body").hidden;
+}
+
+/** The history, newest first, 20 at a time; read only while it is open. */
 async function loadAudit(fromStart: boolean): Promise<void> {
+  if (!historyOpen()) return;
   if (fromStart) auditPageToken = "";
   try {
     const page = await audit.listAuditEvents({ pageSize: 20, pageToken: auditPageToken });
@@ -298,8 +368,29 @@ async function loadAudit(fromStart: boolean): Promise<void> {
     if (fromStart && page.events.length === 0) list.append(element("li", "No changes yet."));
     auditPageToken = page.nextPageToken;
     $("audit-more").hidden = auditPageToken === "";
+    const shown = list.querySelectorAll("li[data-action]").length;
+    say(
+      "history",
+      shown === 0
+        ? "No changes yet."
+        : `${count(shown, "change")} shown, newest first${auditPageToken ? "; older ones below" : ""}.`,
+    );
   } catch (error) {
-    say(describe(error), true);
+    say("history", describe(error), true);
+  }
+}
+
+/** Shows or hides the history (a disclosure: the button keeps focus and says its state). */
+async function toggleHistory(): Promise<void> {
+  const opening = !historyOpen();
+  $("history-body").hidden = !opening;
+  $("history-toggle").textContent = opening ? "Hide history" : "Show history";
+  $("history-toggle").setAttribute("aria-expanded", String(opening));
+  if (opening) {
+    await loadAudit(true);
+  } else {
+    $("audit").replaceChildren();
+    say("history", "");
   }
 }
 
@@ -316,7 +407,8 @@ async function loadConversations(fromStart: boolean): Promise<void> {
     conversationPageToken = page.nextPageToken;
     $("conversations-more").hidden = conversationPageToken === "";
   } catch (error) {
-    list.replaceChildren(element("li", describe(error)));
+    list.replaceChildren();
+    say("conversations", describe(error), true);
     $("conversations-more").hidden = true;
   }
 }
@@ -340,36 +432,58 @@ function conversationItem(conversation: Conversation): HTMLElement {
     head,
     element("div", `${turnCount} turn${turnCount === 1 ? "" : "s"} · last ${when(conversation.lastTurnTime)}`, "hint"),
   );
+  const title = conversationTitle(conversation);
   const turns = element("div", "", "turns");
   turns.hidden = true;
+  turns.id = `turns-${conversationId}`;
   const open = element("button", "Read", "open-conversation");
   open.setAttribute("aria-expanded", "false");
+  open.setAttribute("aria-controls", turns.id);
+  open.setAttribute("aria-label", `Read “${title}”`);
   open.addEventListener("click", async () => {
     const opening = turns.hidden;
     if (opening && !(await loadTurns(conversationId, turns, true))) return;
     turns.hidden = !opening;
     open.textContent = opening ? "Hide" : "Read";
+    open.setAttribute("aria-label", `${opening ? "Hide" : "Read"} “${title}”`);
     open.setAttribute("aria-expanded", String(opening));
+    if (opening) say("conversations", `“${title}”: ${count(turns.querySelectorAll(".turn").length, "turn")} shown below.`);
   });
-  const remove = element("button", "Delete this conversation", "danger");
+  const remove = element("button", "Delete", "danger");
   remove.classList.add("delete-conversation");
-  let armed = false;
-  remove.addEventListener("click", async () => {
-    if (!armed) {
-      armed = true;
-      remove.textContent = "Really delete it? Click again";
-      return;
-    }
+  remove.setAttribute("aria-label", `Delete “${title}”`);
+  const question = element("p", "Delete this conversation? It cannot be undone.");
+  question.id = `delete-question-${conversationId}`;
+  const yes = element("button", "Yes, delete it", "danger");
+  yes.classList.add("confirm-delete");
+  const no = element("button", "Cancel", "cancel-delete");
+  const confirmation = element("div", "", "warning delete-confirm");
+  confirmation.setAttribute("role", "group");
+  confirmation.setAttribute("aria-labelledby", question.id);
+  confirmation.hidden = true;
+  confirmation.append(question, yes, no);
+  remove.addEventListener("click", () => confirm(confirmation, no));
+  no.addEventListener("click", () => cancel(confirmation, remove));
+  yes.addEventListener("click", async () => {
     try {
       await conversations.deleteConversation({ conversationId });
-      item.remove();
-      say(`Conversation ${conversationId} was deleted.`);
-      await loadAudit(true);
     } catch (error) {
-      say(describe(error), true);
+      say("conversations", describe(error), true);
+      return;
     }
+    // Focus goes to the next conversation (else the list's heading), as this one is gone.
+    const next = item.nextElementSibling ?? item.previousElementSibling;
+    item.remove();
+    if (inspected?.conversationId === conversationId) closeInspection(false);
+    const target = next?.querySelector<HTMLElement>("button.open-conversation") ?? $("conversations-title");
+    target.focus();
+    say("conversations", `“${title}” was deleted.`);
+    if ($("conversations").children.length === 0) await loadConversations(true);
+    await loadAudit(true);
   });
-  item.append(open, remove, turns);
+  const buttons = element("div", "", "actions");
+  buttons.append(open, remove);
+  item.append(buttons, confirmation, turns);
   return item;
 }
 
@@ -381,7 +495,7 @@ async function loadTurns(conversationId: string, into: HTMLElement, fromStart: b
   try {
     page = await conversations.listConversationTurns({ conversationId, pageSize: 20, pageToken });
   } catch (error) {
-    say(describe(error), true);
+    say("conversations", describe(error), true);
     return false;
   }
   if (fromStart) into.replaceChildren();
@@ -409,21 +523,23 @@ function turnItem(conversationId: string, turn: ExportedTurn): HTMLElement {
   );
   const inspect = element("button", `What turn ${turn.turnId} used`, "inspect");
   inspect.dataset["turn"] = turn.turnId;
-  inspect.addEventListener("click", () => void inspectTurn(conversationId, turn.turnId));
+  inspect.addEventListener("click", () => void inspectTurn(conversationId, turn.turnId, inspect, "conversations"));
   block.append(inspect);
   return block;
 }
 
-/** The inspector: which memory version the turn rendered and which searches it made. */
-async function inspectTurn(conversationId: string, turnId: string): Promise<void> {
+/** The inspector: which memory version the turn rendered and which searches it made. Focus
+ * moves to its heading; a failure is said in the section of the button that asked. */
+async function inspectTurn(conversationId: string, turnId: string, opener: HTMLElement, region: Region): Promise<void> {
   let inspection: TurnInspection | undefined;
   try {
     const turn = create(TurnReferenceSchema, { conversationId, turnId });
     inspection = (await conversations.getTurnInspection({ turn })).inspection;
   } catch (error) {
-    say(describe(error), true);
+    say(region, describe(error), true);
     return;
   }
+  inspected = { conversationId, opener };
   $("inspection").hidden = false;
   $("inspection-title").textContent = `What turn ${turnId} of ${conversationId} used`;
   const body = $("inspection-body");
@@ -475,18 +591,32 @@ async function inspectTurn(conversationId: string, turnId: string): Promise<void
   }
   const failed = inspection?.failedWriteCount ?? 0;
   if (failed > 0) body.append(element("p", `${failed} attempted change${failed === 1 ? "" : "s"} to the memory failed.`, "failed"));
-  $("inspection").scrollIntoView({ block: "nearest" });
+  $("inspection-title").focus(); // scrolls it into view too
+}
+
+/** Empties and hides the inspector (its conversation was deleted, the data erased, the person
+ * signed out), returning focus to what opened it when asked and that is still on the page. */
+function closeInspection(returnFocus: boolean): void {
+  const opener = inspected?.opener;
+  inspected = undefined;
+  $("inspection").hidden = true;
+  $("inspection-title").textContent = "";
+  $("inspection-body").replaceChildren();
+  if (returnFocus) (opener?.isConnected ? opener : $("conversations-title")).focus();
 }
 
 async function eraseAll(): Promise<void> {
   $("erase-confirm").hidden = true;
+  $("erase").focus(); // the confirmation that had focus is gone
   try {
     await conversations.erasePrincipalData({});
-    say("All your data was erased.");
-    await loadEverything();
   } catch (error) {
-    say(describe(error), true);
+    say("erase", describe(error), true);
+    return;
   }
+  closeInspection(false);
+  say("erase", "All your data was erased. The history keeps who changed what and when, with counts only.");
+  await loadEverything();
 }
 
 async function loadEverything(): Promise<void> {
@@ -494,10 +624,12 @@ async function loadEverything(): Promise<void> {
     await loadBlock();
     await loadSettings();
   } catch (error) {
-    $("account").hidden = true;
-    say(describe(error), true);
+    signOut(true); // what was typed stays in the form, to correct
+    say("sign-in", describe(error), true);
     return;
   }
+  sessionStorage.setItem("memoria.signedIn", "1");
+  showSignedIn(true);
   $("account").hidden = false;
   await loadAudit(true);
   await loadConversations(true);
@@ -506,6 +638,74 @@ async function loadEverything(): Promise<void> {
 function showMode(): void {
   $("token-fields").hidden = identity.mode !== "token";
   $("header-fields").hidden = identity.mode !== "headers";
+}
+
+/** The sign-in form, or who the page is signed in as with Sign out (which keeps the page short:
+ * Save stays in the first screen). */
+function showSignedIn(signedIn: boolean): void {
+  $("sign-in-form").hidden = signedIn;
+  $("signed-in").hidden = !signedIn;
+  $("who").textContent =
+    identity.mode === "headers"
+      ? `You are ${identity.principal} of tenant ${identity.tenant}.`
+      : identity.mode === "token"
+        ? "You are signed in with your access token."
+        : "You are signed in by the proxy.";
+}
+
+/** What is missing from the sign-in form, with the field to fix (undefined when nothing is). */
+function missing(): [string, HTMLElement] | undefined {
+  if (identity.mode === "token" && identity.token === "") {
+    return ["Paste your access token to sign in.", $("token")];
+  }
+  if (identity.mode === "headers" && identity.tenant === "") {
+    return ["The tenant is missing: type your tenant (your organisation on this server) to sign in.", $("tenant")];
+  }
+  if (identity.mode === "headers" && identity.principal === "") {
+    return ["The person is missing: type who you are to sign in.", $("principal")];
+  }
+  return undefined;
+}
+
+/** Forgets the identity (this tab's storage and, unless `keepForm`, the token typed) and
+ * everything shown of the account, back to the sign-in form. */
+function signOut(keepForm: boolean): void {
+  for (const key of IDENTITY_KEYS) sessionStorage.removeItem(`memoria.${key}`);
+  if (!keepForm) {
+    identity.token = "";
+    $<HTMLTextAreaElement>("token").value = "";
+  }
+  closeInspection(false);
+  $("account").hidden = true;
+  $<HTMLTextAreaElement>("block").value = "";
+  $("lines").replaceChildren();
+  $("audit").replaceChildren();
+  $("conversations").replaceChildren();
+  for (const region of ["block", "settings", "history", "conversations", "erase"] as const) say(region, "");
+  baseline = { etag: "", text: "" };
+  showSignedIn(false);
+}
+
+async function signIn(): Promise<void> {
+  identity.token = $<HTMLTextAreaElement>("token").value.trim();
+  identity.tenant = $<HTMLInputElement>("tenant").value.trim();
+  identity.principal = $<HTMLInputElement>("principal").value.trim();
+  for (const id of ["token", "tenant", "principal"]) $(id).removeAttribute("aria-invalid");
+  const problem = missing();
+  if (problem) {
+    const [sentence, field] = problem;
+    field.setAttribute("aria-invalid", "true");
+    say("sign-in", sentence, true);
+    field.focus();
+    return;
+  }
+  for (const key of ["mode", "token", "tenant", "principal"] as const) sessionStorage.setItem(`memoria.${key}`, identity[key]);
+  say("sign-in", "Signing in…");
+  await loadEverything();
+  if (!$("account").hidden) {
+    say("sign-in", "Signed in. Your memory is below.");
+    $("block").focus(); // the form that had focus is gone: on to the memory itself
+  }
 }
 
 function start(): void {
@@ -520,13 +720,11 @@ function start(): void {
       showMode();
     });
   }
-  $("connect").addEventListener("click", () => {
-    identity.token = $<HTMLTextAreaElement>("token").value.trim();
-    identity.tenant = $<HTMLInputElement>("tenant").value.trim();
-    identity.principal = $<HTMLInputElement>("principal").value.trim();
-    for (const [key, value] of Object.entries(identity)) sessionStorage.setItem(`memoria.${key}`, value);
-    say("");
-    void loadEverything();
+  $("connect").addEventListener("click", () => void signIn());
+  $("sign-out").addEventListener("click", () => {
+    signOut(false);
+    say("sign-in", "You are signed out of this page.");
+    $(identity.mode === "token" ? "token" : identity.mode === "headers" ? "tenant" : "connect").focus();
   });
   $("block").addEventListener("input", updateCount);
   $("save").addEventListener("click", () => void save(false));
@@ -534,23 +732,31 @@ function start(): void {
   $("load-server").addEventListener("click", async () => {
     try {
       await loadBlock();
-      say("Showing the latest saved memory.");
+      say("block", "Showing the latest saved memory.");
+      $("block").focus();
     } catch (error) {
-      say(describe(error), true);
+      say("block", describe(error), true);
     }
   });
-  $("clear").addEventListener("click", () => ($("clear-confirm").hidden = false));
-  $("clear-no").addEventListener("click", () => ($("clear-confirm").hidden = true));
+  $("clear").addEventListener("click", () => confirm($("clear-confirm"), $("clear-no")));
+  $("clear-no").addEventListener("click", () => cancel($("clear-confirm"), $("clear")));
   $("clear-yes").addEventListener("click", () => void clearAll());
   $("memory-enabled").addEventListener("change", (event) => {
     void setEnabled((event.target as HTMLInputElement).checked);
   });
+  $("history-toggle").addEventListener("click", () => void toggleHistory());
   $("audit-more").addEventListener("click", () => void loadAudit(false));
+  $("inspection-close").addEventListener("click", () => closeInspection(true));
   $("conversations-more").addEventListener("click", () => void loadConversations(false));
-  $("erase").addEventListener("click", () => ($("erase-confirm").hidden = false));
-  $("erase-no").addEventListener("click", () => ($("erase-confirm").hidden = true));
+  $("erase").addEventListener("click", () => confirm($("erase-confirm"), $("erase-no")));
+  $("erase-no").addEventListener("click", () => cancel($("erase-confirm"), $("erase")));
   $("erase-yes").addEventListener("click", () => void eraseAll());
   document.body.dataset["ready"] = "1";
+  // Signed in earlier in this tab (a reload): show the account again without asking.
+  if (sessionStorage.getItem("memoria.signedIn") === "1") {
+    showSignedIn(true);
+    void loadEverything();
+  }
 }
 
 start();
