@@ -33,11 +33,17 @@ $(WEB_DIST): web/package-lock.json web/build.mjs web/tsconfig.json web/index.htm
 
 web: $(WEB_DIST)
 
+# axe-core, which the browser tests inject into the page (pinned in web/package.json); npm ci
+# installs it with the page's packages, so it is only missing where the bundle was copied in.
+AXE := web/node_modules/axe-core/axe.min.js
+$(AXE):
+	scripts/web.sh
+
 # The page at http://127.0.0.1:8080/ beside gRPC (MEMORIA_HTTP_LISTEN=... to move it).
 serve: $(STAMP) $(WEB_DIST)
 	MEMORIA_HTTP_LISTEN=$${MEMORIA_HTTP_LISTEN-127.0.0.1:8080} $(VENV)/bin/memoria serve $(ARGS)
 
-test: $(STAMP) $(WEB_DIST)
+test: $(STAMP) $(WEB_DIST) $(AXE)
 	scripts/test.sh $(ARGS)
 
 test-clients: $(STAMP)
