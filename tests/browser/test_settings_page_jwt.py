@@ -59,6 +59,38 @@ def test_a_pasted_token_names_the_person(jwt_web: Api, browser: Browser) -> None
         page.fill("#block", "Signed in with a token")
         page.click("#save")
         expect(page.locator("#block-status")).to_have_text("Saved.")
+        # A reload keeps the sign-in for this tab (sessionStorage), never in localStorage.
+        page.reload()
+        expect(page.locator("#account")).to_be_visible()
+        expect(page.locator("#block")).to_have_value("Signed in with a token")
+        expect(page.locator("#sign-in-form")).to_be_hidden()
+        expect(page.locator("#who")).to_have_text("You are signed in with your access token.")
+        assert page.evaluate("sessionStorage.getItem('memoria.token')") == token
+        assert page.evaluate("localStorage.length") == 0
+        # Sign out forgets it: the tab's storage, the field, what was shown; a reload stays out.
+        page.click("#sign-out")
+        expect(page.locator("#sign-in-status")).to_have_text("You are signed out of this page.")
+        expect(page.locator("#account")).to_be_hidden()
+        expect(page.locator("#token")).to_be_focused()
+        expect(page.locator("#token")).to_have_value("")
+        assert page.locator("#block").input_value() == ""
+        assert (
+            page.evaluate("Object.keys(sessionStorage).filter(k => k.startsWith('memoria.'))") == []
+        )
+        page.reload()
+        expect(page.locator("body[data-ready='1']")).to_have_count(1)
+        expect(page.locator("#sign-in-form")).to_be_visible()
+        expect(page.locator("#account")).to_be_hidden()
+        # An expired or wrong token stored for the tab: back to the form, with the sentence.
+        page.evaluate(
+            """() => { sessionStorage.setItem('memoria.mode', 'token');
+                       sessionStorage.setItem('memoria.token', 'not-a-token');
+                       sessionStorage.setItem('memoria.signedIn', '1'); }"""
+        )
+        page.reload()
+        expect(page.locator("#sign-in-status")).to_contain_text("You are not signed in")
+        expect(page.locator("#sign-in-form")).to_be_visible()
+        assert page.evaluate("sessionStorage.getItem('memoria.signedIn')") is None
     finally:
         context.close()
     stored = jwt_web.blocks.GetMemoryBlock(
