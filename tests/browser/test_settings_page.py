@@ -283,6 +283,9 @@ def test_conversations_listed_newest_first_and_read(person: Person) -> None:
     expect(items).to_have_count(21)
     expect(titles.nth(20)).to_have_text("Question number 0")
     expect(page.locator("#conversations-more")).to_be_hidden()
+    # The button that had focus is gone with the last page: focus is on the first one it added.
+    oldest = page.locator("#conversations li[data-conversation='c-00'] button.open-conversation")
+    expect(oldest).to_be_focused()
 
     # Open the newest: its turns oldest first, as text (the markup is not an element).
     newest.locator("button.open-conversation").click()

@@ -95,6 +95,8 @@ let auditPageToken = "";
 let conversationPageToken = "";
 /** The turn the inspector shows, and the button that opened it (where Close returns focus). */
 let inspected: { conversationId: string; opener: HTMLElement } | undefined;
+/** Numbers the element ids made per conversation (a conversation id may hold any character). */
+let nextId = 0;
 
 /** The live region of each section: an action's outcome is said next to its control. */
 type Region = "sign-in" | "block" | "settings" | "history" | "conversations" | "erase";
@@ -263,13 +265,13 @@ async function clearAll(): Promise<void> {
 
 /** Asks once more before a destructive action: shows its confirmation with focus on Cancel,
  * the harmless answer, so a second Enter does not destroy anything. */
-function confirm(box: HTMLElement, cancel: HTMLElement): void {
+function ask(box: HTMLElement, cancel: HTMLElement): void {
   box.hidden = false;
   cancel.focus();
 }
 
 /** Closes a confirmation unanswered, returning focus to the button that asked for it. */
-function cancel(box: HTMLElement, asker: HTMLElement): void {
+function dismiss(box: HTMLElement, asker: HTMLElement): void {
   box.hidden = true;
   asker.focus();
 }
@@ -435,7 +437,7 @@ function conversationItem(conversation: Conversation): HTMLElement {
   const title = conversationTitle(conversation);
   const turns = element("div", "", "turns");
   turns.hidden = true;
-  turns.id = `turns-${conversationId}`;
+  turns.id = `turns-${++nextId}`;
   const open = element("button", "Read", "open-conversation");
   open.setAttribute("aria-expanded", "false");
   open.setAttribute("aria-controls", turns.id);
@@ -453,7 +455,7 @@ function conversationItem(conversation: Conversation): HTMLElement {
   remove.classList.add("delete-conversation");
   remove.setAttribute("aria-label", `Delete “${title}”`);
   const question = element("p", "Delete this conversation? It cannot be undone.");
-  question.id = `delete-question-${conversationId}`;
+  question.id = `delete-question-${nextId}`;
   const yes = element("button", "Yes, delete it", "danger");
   yes.classList.add("confirm-delete");
   const no = element("button", "Cancel", "cancel-delete");
@@ -462,8 +464,8 @@ function conversationItem(conversation: Conversation): HTMLElement {
   confirmation.setAttribute("aria-labelledby", question.id);
   confirmation.hidden = true;
   confirmation.append(question, yes, no);
-  remove.addEventListener("click", () => confirm(confirmation, no));
-  no.addEventListener("click", () => cancel(confirmation, remove));
+  remove.addEventListener("click", () => ask(confirmation, no));
+  no.addEventListener("click", () => dismiss(confirmation, remove));
   yes.addEventListener("click", async () => {
     try {
       await conversations.deleteConversation({ conversationId });
@@ -635,6 +637,23 @@ async function loadEverything(): Promise<void> {
   await loadConversations(true);
 }
 
+/** Loads a list's next page; when its "more" button goes away with the last page, focus moves
+ * to the first entry it added (its first button, else the entry itself). */
+async function showMore(listId: string, buttonId: string, load: () => Promise<void>): Promise<void> {
+  const before = $(listId).children.length;
+  await load();
+  if (!$(buttonId).hidden) return;
+  const first = $(listId).children[before] as HTMLElement | undefined;
+  if (first === undefined) return;
+  const button = first.querySelector<HTMLElement>("button");
+  if (button) {
+    button.focus();
+  } else {
+    first.tabIndex = -1;
+    first.focus();
+  }
+}
+
 function showMode(): void {
   $("token-fields").hidden = identity.mode !== "token";
   $("header-fields").hidden = identity.mode !== "headers";
@@ -738,18 +757,21 @@ function start(): void {
       say("block", describe(error), true);
     }
   });
-  $("clear").addEventListener("click", () => confirm($("clear-confirm"), $("clear-no")));
-  $("clear-no").addEventListener("click", () => cancel($("clear-confirm"), $("clear")));
+  $("clear").addEventListener("click", () => ask($("clear-confirm"), $("clear-no")));
+  $("clear-no").addEventListener("click", () => dismiss($("clear-confirm"), $("clear")));
   $("clear-yes").addEventListener("click", () => void clearAll());
   $("memory-enabled").addEventListener("change", (event) => {
     void setEnabled((event.target as HTMLInputElement).checked);
   });
   $("history-toggle").addEventListener("click", () => void toggleHistory());
-  $("audit-more").addEventListener("click", () => void loadAudit(false));
+  $("audit-more").addEventListener("click", () => void showMore("audit", "audit-more", () => loadAudit(false)));
   $("inspection-close").addEventListener("click", () => closeInspection(true));
-  $("conversations-more").addEventListener("click", () => void loadConversations(false));
-  $("erase").addEventListener("click", () => confirm($("erase-confirm"), $("erase-no")));
-  $("erase-no").addEventListener("click", () => cancel($("erase-confirm"), $("erase")));
+  $("conversations-more").addEventListener(
+    "click",
+    () => void showMore("conversations", "conversations-more", () => loadConversations(false)),
+  );
+  $("erase").addEventListener("click", () => ask($("erase-confirm"), $("erase-no")));
+  $("erase-no").addEventListener("click", () => dismiss($("erase-confirm"), $("erase")));
   $("erase-yes").addEventListener("click", () => void eraseAll());
   document.body.dataset["ready"] = "1";
   // Signed in earlier in this tab (a reload): show the account again without asking.
