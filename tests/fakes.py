@@ -28,6 +28,7 @@ from server.domain.model import (
     ConversationPurge,
     ConversationSummary,
     EncodedQuery,
+    ExpiryCutoffs,
     IndexedChunk,
     ListCursor,
     NewAuditEvent,
@@ -299,6 +300,15 @@ class InMemoryChunkIndex:
     def delete_principal(self, tenant_id: str, principal_id: str) -> None:
         self._delete(lambda k: k[:2] == (tenant_id, principal_id))
 
+    def delete_before(self, tenant_id: str, principal_id: str, before: datetime) -> None:
+        with self._storage.lock:
+            for k in [
+                k
+                for k, p in self._points.items()
+                if _owner(k[0])[:2] == (tenant_id, principal_id) and p.turn_time < before
+            ]:
+                del self._points[k]
+
     def _delete(self, doomed: Callable[[tuple[str, str, str]], bool]) -> None:
         with self._storage.lock:
             for k in [k for k in self._points if doomed(_owner(k[0]))]:
@@ -567,8 +577,24 @@ class InMemoryTurnStore:
                     if owner in self.tombstones:
                         self.tombstones[owner] = replace(self.tombstones[owner], purged=True)
 
+    def expired_principals(self, cutoffs: ExpiryCutoffs, limit: int) -> list[tuple[str, str]]:
+        own = dict(cutoffs.tenants)
+        with self.lock:
+            found: list[tuple[str, str]] = []
+            for r in sorted(self.rows.values(), key=lambda r: r.row_id):
+                cutoff = own.get(r.key.tenant_id, cutoffs.default)
+                pair = (r.key.tenant_id, r.key.principal_id)
+                if cutoff is not None and r.turn_time < cutoff and pair not in found:
+                    found.append(pair)
+        return found[:limit]
+
     def list_turns(
-        self, tenant_id: str, principal_id: str, after_row_id: int, limit: int
+        self,
+        tenant_id: str,
+        principal_id: str,
+        after_row_id: int,
+        limit: int,
+        since: datetime | None = None,
     ) -> list[StoredTurn]:
         with self.lock:
             rows = sorted(
@@ -577,6 +603,7 @@ class InMemoryTurnStore:
                     for r in self.rows.values()
                     if (r.key.tenant_id, r.key.principal_id) == (tenant_id, principal_id)
                     and r.row_id > after_row_id
+                    and (since is None or r.turn_time >= since)
                 ),
                 key=lambda r: r.row_id,
             )[:limit]
@@ -593,13 +620,19 @@ class InMemoryTurnStore:
         ]
 
     def list_conversations(
-        self, tenant_id: str, principal_id: str, after: ListCursor | None, limit: int
+        self,
+        tenant_id: str,
+        principal_id: str,
+        after: ListCursor | None,
+        limit: int,
+        since: datetime | None = None,
     ) -> list[ConversationSummary]:
         with self.lock:
             mine = [
                 r
                 for r in self.rows.values()
                 if (r.key.tenant_id, r.key.principal_id) == (tenant_id, principal_id)
+                and (since is None or r.turn_time >= since)
             ]
         by_conversation: dict[str, list[_QueuedTurn]] = {}
         for r in mine:
@@ -630,6 +663,7 @@ class InMemoryTurnStore:
         conversation_id: str,
         after: ListCursor | None,
         limit: int,
+        since: datetime | None = None,
     ) -> list[StoredTurn]:
         with self.lock:
             rows = sorted(
@@ -639,6 +673,7 @@ class InMemoryTurnStore:
                     if (r.key.tenant_id, r.key.principal_id, r.key.conversation_id)
                     == (tenant_id, principal_id, conversation_id)
                     and (after is None or (r.turn_time, r.row_id) > (after.time, after.row_id))
+                    and (since is None or r.turn_time >= since)
                 ),
                 key=lambda r: (r.turn_time, r.row_id),
             )[:limit]
@@ -819,6 +854,18 @@ class _TurnRows:
 
     def delete_all(self) -> int:
         return self._delete(lambda k: True)
+
+    def delete_before(self, before: datetime, limit: int) -> int:
+        expired = sorted(
+            (
+                r
+                for r in self._store.rows.values()
+                if (r.key.tenant_id, r.key.principal_id) == self._owner and r.turn_time < before
+            ),
+            key=lambda r: r.turn_time,
+        )[:limit]
+        doomed = {r.key for r in expired}
+        return self._delete(lambda k: k in doomed)
 
     def _delete(self, which: Callable[[TurnKey], bool]) -> int:
         doomed = [

@@ -13,6 +13,9 @@ Rules:
 - After an erasure nothing of the erased data is held, so an erased principal's export is
   empty: audit events are exported only from after the principal's last erasure (the events
   before it, and the erasure's own counts, stay readable with ListAuditEvents).
+- Turns past the tenant's retention are not exported (they are out of reach at once, purged
+  or not), and every page says which retention applied (`turn_retention_days`, 0: turns are
+  kept until deleted; server/domain/retention.py).
 - Pages are bound to the caller by signed, opaque tokens (the audit log's `PageTokens`). A
   token's position packs a section (head, audit, turns, deleted conversations) and a cursor
   within it. Each page reads in its own snapshot.
@@ -36,6 +39,7 @@ from server.domain.model import (
     Tombstone,
 )
 from server.domain.ports import ChunkTexts, MemoryStore, TurnStore
+from server.domain.retention import KEEP_ALL_TURNS, TurnsKept
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -81,10 +85,12 @@ ExportItem = SettingsView | BlockView | AuditEvent | ExportedTurn | Tombstone
 
 @dataclass(frozen=True)
 class ExportPage:
-    """One page of the export, in export order, and the next page's token ("" at the end)."""
+    """One page of the export, in export order, the next page's token ("" at the end) and
+    the caller's tenant's turn retention in days (0: turns are kept until deleted)."""
 
     records: tuple[ExportItem, ...]
     next_page_token: str
+    turn_retention_days: int = 0
 
 
 class Exporter:
@@ -97,7 +103,9 @@ class Exporter:
         turns: TurnStore,
         index: ChunkTexts,
         tokens: PageTokens,
+        kept: TurnsKept = KEEP_ALL_TURNS,
     ) -> None:
+        self._kept = kept
         self._blocks = blocks
         self._memory = memory
         self._turns = turns
@@ -124,7 +132,8 @@ class Exporter:
             else:
                 section, cursor = self._tombstones(who, cursor, room, out)
         token = "" if section >= _END else self._tokens.issue(scope, section * _SHIFT + cursor)
-        return ExportPage(tuple(out), token)
+        days = self._kept.retention.days(who.tenant_id)
+        return ExportPage(tuple(out), token, days)
 
     def _head(self, who: Identity, cursor: int, out: list[ExportItem]) -> tuple[int, int]:
         """Cursor 0: the settings (when ever changed); 1: the block (when there is one)."""
@@ -164,8 +173,10 @@ class Exporter:
     def _turns_page(
         self, who: Identity, after: int, room: int, out: list[ExportItem]
     ) -> tuple[int, int]:
-        """Accepted turns by row id above `after`; an indexed turn's text is its chunks."""
-        rows = self._turns.list_turns(who.tenant_id, who.principal_id, after, room + 1)
+        """Accepted turns still kept, by row id above `after`; an indexed turn's text is its
+        chunks."""
+        since = self._kept.since(who.tenant_id)
+        rows = self._turns.list_turns(who.tenant_id, who.principal_id, after, room + 1, since)
         page = rows[:room]
         out.extend(held_turns(self._index, who, page))
         if len(rows) > room:

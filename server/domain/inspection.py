@@ -12,6 +12,8 @@ Rules:
   chunks already purged) is left out: a deleted conversation's text never comes back here.
   Records of a deleted conversation are removed with it, and a principal's with its erasure
   (server/adapters/sql/turns.py, in the same transactions).
+- A hit on a turn past its tenant's turn retention is left out like a deleted one
+  (server/domain/retention.py).
 - Records are kept for `retention` (30 days by default): older ones are never shown, and a
   background loop removes them (`purge_once`, run by the index worker).
 - An unknown turn has an empty inspection, not an error (like an absent block).
@@ -32,12 +34,14 @@ from server.domain.model import (
     AuditAction,
     AuditQuery,
     Identity,
+    InspectedHit,
     SearchHit,
     TurnKey,
     TurnRef,
     Writer,
 )
 from server.domain.ports import ChunkTexts, Clock, InspectionStore, MemoryStore, TurnStore
+from server.domain.retention import KEEP_ALL_TURNS, TurnsKept
 
 DEFAULT_RETENTION = timedelta(days=30)
 """How long a turn's records are kept (MEMORIA_INSPECTION_RETENTION_DAYS)."""
@@ -106,7 +110,9 @@ class TurnInspector:
         clock: Clock,
         *,
         retention: timedelta = DEFAULT_RETENTION,
+        kept: TurnsKept = KEEP_ALL_TURNS,
     ) -> None:
+        self._kept = kept
         if retention <= timedelta(0):
             raise ValueError("retention must be positive")
         self._inspections = inspections
@@ -135,13 +141,15 @@ class TurnInspector:
         block = self._memory.read(who.tenant_id, who.principal_id).block
         current = block.etag if block is not None else ""
         deleted = self._turns.deleted_conversations(who.tenant_id, who.principal_id)
+        kept_since = self._kept.since(who.tenant_id)
+
+        def gone(hit: InspectedHit) -> bool:
+            """Deleted, or past the turn retention: nothing of it is shown."""
+            expired = kept_since is not None and hit.turn_time < kept_since
+            return expired or hit.conversation_id in deleted
+
         wanted = sorted(
-            {
-                (h.conversation_id, h.turn_id)
-                for s in searches
-                for h in s.hits
-                if h.conversation_id not in deleted
-            }
+            {(h.conversation_id, h.turn_id) for s in searches for h in s.hits if not gone(h)}
         )
         chunks = self._index.turn_chunks(who.tenant_id, who.principal_id, wanted) if wanted else {}
         search_views = []
@@ -149,8 +157,8 @@ class TurnInspector:
             hits = []
             for h in s.hits:
                 held = chunks.get((h.conversation_id, h.turn_id))
-                if h.conversation_id in deleted or held is None:
-                    continue  # deleted since (or erased): nothing of it is shown
+                if gone(h) or held is None:
+                    continue  # deleted since (or erased, or expired): nothing of it is shown
                 text = held[h.chunk_index] if h.chunk_index < len(held) else ""
                 hits.append(
                     SearchHit(

@@ -12,6 +12,9 @@ holds (indexed or still queued), so:
 - the opening of a question is taken when the turn is accepted (`question_opening`) and kept
   after indexing, when the turn's text leaves the queue for the chunk index.
 
+Turns past the tenant's retention are never listed (`TurnsKept`, server/domain/retention.py):
+the store reads only turns at or after the cutoff, purged or not.
+
 Paging is AIP-158 with the audit log's signed tokens (`PageTokens`), as the export pages. Both
 lists are keyset pages over an index (migration 0012): a token packs the place of the last row
 returned, its time and row id, into the one integer a token carries.
@@ -29,6 +32,7 @@ from server.domain.export import ExportedTurn, held_turns
 from server.domain.ids import id_violations
 from server.domain.model import ConversationSummary, Identity, ListCursor
 from server.domain.ports import ChunkTexts, ConversationListing
+from server.domain.retention import KEEP_ALL_TURNS, TurnsKept
 from server.domain.secrets import SecretDetector, redact_secrets
 from server.domain.text import sanitize
 
@@ -72,10 +76,17 @@ class TurnPage:
 class ConversationList:
     """ListConversations and ListConversationTurns for authenticated callers."""
 
-    def __init__(self, listing: ConversationListing, index: ChunkTexts, tokens: PageTokens):
+    def __init__(
+        self,
+        listing: ConversationListing,
+        index: ChunkTexts,
+        tokens: PageTokens,
+        kept: TurnsKept = KEEP_ALL_TURNS,
+    ):
         self._listing = listing
         self._index = index
         self._tokens = tokens
+        self._kept = kept
 
     def conversations(self, who: Identity, page_size: int, page_token: str) -> ConversationPage:
         """The page at `page_token` ("" for the first) of the caller's conversations."""
@@ -84,7 +95,10 @@ class ConversationList:
         scope = "conversations\x1f" + who.tenant_id + "\x1f" + who.principal_id
         after = _cursor(self._tokens.verify(scope, page_token)) if page_token else None
         size = min(page_size or DEFAULT_CONVERSATIONS, MAX_CONVERSATIONS)
-        rows = self._listing.list_conversations(who.tenant_id, who.principal_id, after, size + 1)
+        since = self._kept.since(who.tenant_id)
+        rows = self._listing.list_conversations(
+            who.tenant_id, who.principal_id, after, size + 1, since
+        )
         page = tuple(rows[:size])
         more = len(rows) > size
         token = self._tokens.issue(scope, _position(page[-1].cursor)) if more else ""
@@ -103,8 +117,9 @@ class ConversationList:
         scope = "\x1f".join(("turns", who.tenant_id, who.principal_id, conversation_id))
         after = _cursor(self._tokens.verify(scope, page_token)) if page_token else None
         size = min(page_size or DEFAULT_TURNS, MAX_TURNS)
+        since = self._kept.since(who.tenant_id)
         rows = self._listing.list_conversation_turns(
-            who.tenant_id, who.principal_id, conversation_id, after, size + 1
+            who.tenant_id, who.principal_id, conversation_id, after, size + 1, since
         )
         page = rows[:size]
         token = ""

@@ -21,6 +21,8 @@ class Writer(enum.Enum):
 
     MODEL = "model"
     USER = "user"
+    SERVICE = "service"
+    """The service itself, by a rule (a retention purge); never a caller's claim."""
 
 
 class AuditAction(enum.Enum):
@@ -31,6 +33,7 @@ class AuditAction(enum.Enum):
     SETTINGS_UPDATED = "settings_updated"
     CONVERSATION_DELETED = "conversation_deleted"
     PRINCIPAL_DATA_ERASED = "principal_data_erased"
+    TURNS_EXPIRED = "turns_expired"
 
 
 @dataclass(frozen=True)
@@ -411,6 +414,16 @@ class StoredTurn:
     turn_time: datetime
     text: str | None
     indexed: bool
+
+
+@dataclass(frozen=True)
+class ExpiryCutoffs:
+    """Each tenant's earliest kept turn time at one moment (server/domain/retention.py):
+    `default` for every tenant not in `tenants`, which pairs a tenant with its own cutoff.
+    A None cutoff keeps every turn of its tenants."""
+
+    default: datetime | None
+    tenants: tuple[tuple[str, datetime | None], ...] = ()
 
 
 @dataclass(frozen=True)

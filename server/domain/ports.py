@@ -17,6 +17,7 @@ from server.domain.model import (
     ConversationPurge,
     ConversationSummary,
     EncodedQuery,
+    ExpiryCutoffs,
     IndexedChunk,
     ListCursor,
     NewAuditEvent,
@@ -101,6 +102,11 @@ class ChunkWriter(Protocol):
 
     def delete_principal(self, tenant_id: str, principal_id: str) -> None:
         """Remove every chunk of one principal (any number of chunks)."""
+        ...
+
+    def delete_before(self, tenant_id: str, principal_id: str, before: datetime) -> None:
+        """Remove every chunk of one principal whose turn time is before `before` (the
+        retention purge, server/domain/retention.py)."""
         ...
 
 
@@ -262,10 +268,21 @@ class TurnStore(Protocol):
         ...
 
     def list_turns(
-        self, tenant_id: str, principal_id: str, after_row_id: int, limit: int
+        self,
+        tenant_id: str,
+        principal_id: str,
+        after_row_id: int,
+        limit: int,
+        since: datetime | None = None,
     ) -> list[StoredTurn]:
-        """Up to `limit` of the principal's accepted turns with a row id above `after_row_id`,
-        in row id order (for the export)."""
+        """Up to `limit` of the principal's accepted turns with a row id above `after_row_id`
+        and (when `since` is set) a turn time at or after `since`, in row id order (for the
+        export)."""
+        ...
+
+    def expired_principals(self, cutoffs: ExpiryCutoffs, limit: int) -> list[tuple[str, str]]:
+        """Up to `limit` (tenant, principal) pairs, of any tenant, that have a turn older than
+        their tenant's cutoff (the retention purge)."""
         ...
 
     def list_tombstones(
@@ -282,10 +299,17 @@ class ConversationListing(Protocol):
     from an index, page by page."""
 
     def list_conversations(
-        self, tenant_id: str, principal_id: str, after: ListCursor | None, limit: int
+        self,
+        tenant_id: str,
+        principal_id: str,
+        after: ListCursor | None,
+        limit: int,
+        since: datetime | None = None,
     ) -> list[ConversationSummary]:
         """Up to `limit` of the principal's conversations that have turns, by last turn time
-        then highest row id, both descending, from below `after` (None: from the newest)."""
+        then highest row id, both descending, from below `after` (None: from the newest).
+        With `since`, only turns at or after it count (times, count, first question), and a
+        conversation with none is left out."""
         ...
 
     def list_conversation_turns(
@@ -295,9 +319,10 @@ class ConversationListing(Protocol):
         conversation_id: str,
         after: ListCursor | None,
         limit: int,
+        since: datetime | None = None,
     ) -> list[StoredTurn]:
         """Up to `limit` of the conversation's turns by turn time then row id, ascending, from
-        above `after` (None: from the first)."""
+        above `after` (None: from the first), and only those at or after `since` when set."""
         ...
 
 
@@ -337,6 +362,11 @@ class TurnRows(Protocol):
 
     def delete_all(self) -> int:
         """Remove every turn of the principal; how many."""
+        ...
+
+    def delete_before(self, before: datetime, limit: int) -> int:
+        """Remove up to `limit` of the principal's turns with a turn time before `before`
+        (oldest first); how many."""
         ...
 
 

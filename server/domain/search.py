@@ -13,6 +13,10 @@ chunk index inside the scope and are applied there as payload filters on both re
 never to the fused list: a side's top list is cut at its depth, so filtering afterwards would
 lose the in-bounds turns ranked below the cut. An empty span (end not after start) is the
 caller's mistake, refused like any invalid field.
+
+The tenant's turn retention (server/domain/retention.py) narrows the caller's bounds: its
+cutoff becomes the start time when it is later than the caller's, so an expired turn is out of
+every search at once, purged or not.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from server.domain.ports import (
     MemoryStore,
     TurnStore,
 )
+from server.domain.retention import KEEP_EVERYTHING, TurnRetention
 from server.domain.text import sanitize
 
 DEFAULT_PAGE_SIZE = 10
@@ -56,6 +61,7 @@ class ConversationSearch:
     `memory` tells whether the caller's memory is on; `turns` which of its conversations are
     deleted; `chunks` runs the retrieval on the query `embedder` and `keywords` encode.
     `inspections` records the searches made for a named turn; None records nothing.
+    `retention` hides the tenant's expired turns.
     """
 
     memory: MemoryStore
@@ -65,6 +71,7 @@ class ConversationSearch:
     chunks: ChunkSearch
     clock: Clock
     inspections: InspectionStore | None = None
+    retention: TurnRetention = KEEP_EVERYTHING
 
     def search(
         self,
@@ -123,6 +130,10 @@ class ConversationSearch:
         turns = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         if not self.memory.read(who.tenant_id, who.principal_id).memory_enabled:
             return []
+        bounds = self.retention.bounded(who.tenant_id, self.clock(), bounds)
+        start, end = bounds.start_time, bounds.end_time
+        if start is not None and end is not None and start >= end:
+            return []  # the caller's span ends before the retention's cutoff
         scope = SearchScope(
             who.tenant_id,
             who.principal_id,

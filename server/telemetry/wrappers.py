@@ -21,6 +21,7 @@ from server.domain.model import (
     AuditQuery,
     Change,
     ConversationPurge,
+    ExpiryCutoffs,
     IndexedChunk,
     PrincipalMemory,
     SparseVector,
@@ -203,9 +204,21 @@ class TracedTurnStore:
         return self._turns.deleted_conversations(tenant_id, principal_id)
 
     def list_turns(
-        self, tenant_id: str, principal_id: str, after_row_id: int, limit: int
+        self,
+        tenant_id: str,
+        principal_id: str,
+        after_row_id: int,
+        limit: int,
+        since: datetime | None = None,
     ) -> list[StoredTurn]:
-        return self._turns.list_turns(tenant_id, principal_id, after_row_id, limit)
+        return self._turns.list_turns(tenant_id, principal_id, after_row_id, limit, since)
+
+    def expired_principals(self, cutoffs: ExpiryCutoffs, limit: int) -> list[tuple[str, str]]:
+        """The retention purge's poll: like an idle claim, untraced in the worker's loop."""
+        if trace.get_current_span().get_span_context().is_valid:
+            return self._turns.expired_principals(cutoffs, limit)
+        with suppress_instrumentation():
+            return self._turns.expired_principals(cutoffs, limit)
 
     def list_tombstones(
         self, tenant_id: str, principal_id: str, offset: int, limit: int

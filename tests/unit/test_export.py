@@ -36,9 +36,15 @@ class Turns:
         self.tombstones: list[Tombstone] = []
 
     def list_turns(
-        self, tenant_id: str, principal_id: str, after_row_id: int, limit: int
+        self,
+        tenant_id: str,
+        principal_id: str,
+        after_row_id: int,
+        limit: int,
+        since: datetime | None = None,
     ) -> list[StoredTurn]:
-        return [r for r in self.rows if r.row_id > after_row_id][:limit]
+        rows = [r for r in self.rows if r.row_id > after_row_id]
+        return [r for r in rows if since is None or r.turn_time >= since][:limit]
 
     def list_tombstones(
         self, tenant_id: str, principal_id: str, offset: int, limit: int

@@ -81,6 +81,8 @@ def test_every_operation_but_the_probe_and_the_shutdown_gets_a_span_of_its_name(
     assert traced.places_near("t", "ana", "c1", T0, 4)[0][0].turn_id == "u1"
     assert traced.turn_chunks("t", "ana", [("c1", "u1")]) == {("c1", "u1"): ("heron",)}
     assert traced.count("t", "ana") == 1
+    traced.delete_before("t", "ana", T0)
+    assert traced.count("t", "ana") == 1  # a turn at the cutoff is kept
     traced.delete_conversation("t", "ana", "c1")
     traced.delete_principal("t", "ana")
     traced.check()

@@ -98,6 +98,7 @@ from server.adapters.qdrant.layout import (
     FilterSpec,
     IndexKind,
     ModelRecord,
+    before_filter,
     check_chunks,
     chunk_hit,
     chunk_payload,
@@ -464,6 +465,13 @@ class QdrantEdgeChunkIndex:
     def delete_principal(self, tenant_id: str, principal_id: str) -> None:
         """Delete every chunk of the principal, however many, in one filtered delete."""
         spec = owner_filter(tenant_id, principal_id)
+        self._shard.update(UpdateOperation.delete_points_by_filter(_filter(spec)))
+
+    @_engine_errors()
+    def delete_before(self, tenant_id: str, principal_id: str, before: datetime) -> None:
+        """Delete every chunk of the principal with a turn time before `before`, in one
+        filtered delete."""
+        spec = before_filter(tenant_id, principal_id, before)
         self._shard.update(UpdateOperation.delete_points_by_filter(_filter(spec)))
 
     @_engine_errors()

@@ -33,7 +33,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -323,6 +323,11 @@ def owner_filter(
     if conversation_id is not None:
         must.append((CONVERSATION_ID, conversation_id))
     return FilterSpec(must=tuple(must))
+
+
+def before_filter(tenant_id: str, principal_id: str, before: datetime) -> FilterSpec:
+    """Every chunk of a principal whose turn time is before `before` (the retention purge)."""
+    return replace(owner_filter(tenant_id, principal_id), max_turn_time=to_epoch_micros(before) - 1)
 
 
 def near_filter(

@@ -102,6 +102,7 @@ from server.adapters.qdrant.layout import (
     FilterSpec,
     IndexKind,
     ModelRecord,
+    before_filter,
     check_chunks,
     chunk_hit,
     chunk_payload,
@@ -489,6 +490,11 @@ class QdrantServerChunkIndex:
     def delete_principal(self, tenant_id: str, principal_id: str) -> None:
         """Delete every chunk of the principal, however many, in one filtered delete."""
         self._delete(owner_filter(tenant_id, principal_id))
+
+    def delete_before(self, tenant_id: str, principal_id: str, before: datetime) -> None:
+        """Delete every chunk of the principal with a turn time before `before`, in one
+        filtered delete."""
+        self._delete(before_filter(tenant_id, principal_id, before))
 
     def _delete(self, spec: FilterSpec) -> None:
         selector = qm.FilterSelector(filter=_filter(spec))

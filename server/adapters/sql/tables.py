@@ -117,6 +117,8 @@ conversation_turns = Table(
         "turn_time",
         "turn_row_id",
     ),
+    # The retention purge finds expired turns of every tenant by time (0013).
+    Index("conversation_turns_time_idx", "turn_time"),
     Index(
         "conversation_turns_due_idx",
         "due_time",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, or_, select, text, update
+from sqlalchemy import Connection, and_, case, func, literal, null, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from server.adapters.sql.cache import ExactCache
@@ -34,6 +34,7 @@ from server.domain.model import (
     ClaimedTurn,
     ConversationPurge,
     ConversationSummary,
+    ExpiryCutoffs,
     ListCursor,
     StoredTurn,
     Tombstone,
@@ -60,6 +61,11 @@ _CLAIM_PG = text("SELECT turn_row_id, tenant_id FROM memoria_claim_turns(:limit,
 _DELETED_CONVERSATIONS_PG = "SELECT memoria_deleted_conversations(%s, %s)"
 _CLAIM_PURGES_PG = text(
     "SELECT tenant_id, principal_id, conversation_id FROM memoria_claim_purges(:limit)"
+)
+_EXPIRED_PRINCIPALS_PG = text(
+    "SELECT tenant_id, principal_id FROM memoria_expired_principals("
+    "CAST(:latest AS timestamptz), CAST(:default AS timestamptz), CAST(:tenants AS text[]), "
+    "CAST(:cutoffs AS timestamptz[]), CAST(:limit AS integer))"
 )
 _OUTBOX_STATS_PG = "SELECT pending, oldest_accept_time FROM memoria_outbox_stats()"
 _OUTBOX_STATS = select(func.count(), func.min(_t.c.accept_time)).where(_t.c.status == PENDING)
@@ -205,8 +211,57 @@ class SqlTurnStore:
             for purge in purges:
                 self._db.deletions_changed(purge.tenant_id, purge.principal_id)
 
+    def expired_principals(self, cutoffs: ExpiryCutoffs, limit: int) -> list[tuple[str, str]]:
+        """See `TurnStore.expired_principals` (PostgreSQL: `memoria_expired_principals`,
+        migration 0013, which may cross tenants; the service role cannot). Both engines first
+        narrow to turns before the latest cutoff (an index range on turn_time), then compare
+        each turn with its own tenant's cutoff."""
+        latest = max(
+            (c for c in (cutoffs.default, *(c for _, c in cutoffs.tenants)) if c is not None),
+            default=None,
+        )
+        if latest is None:
+            return []
+        if self._postgres:
+            params = {
+                "latest": latest,
+                "default": cutoffs.default,
+                "tenants": [tenant for tenant, _ in cutoffs.tenants],
+                "cutoffs": [cutoff for _, cutoff in cutoffs.tenants],
+                "limit": limit,
+            }
+            with store_errors(), self._engine.connect() as conn, conn.begin():
+                rows = conn.execute(_EXPIRED_PRINCIPALS_PG, params).all()
+        else:
+            default = null() if cutoffs.default is None else literal(cutoffs.default)
+            own = (
+                case(
+                    *(
+                        (_t.c.tenant_id == tenant, null() if cutoff is None else literal(cutoff))
+                        for tenant, cutoff in cutoffs.tenants
+                    ),
+                    else_=default,
+                )
+                if cutoffs.tenants
+                else default
+            )
+            stmt = (
+                select(_t.c.tenant_id, _t.c.principal_id)
+                .where(_t.c.turn_time < latest, _t.c.turn_time < own)
+                .distinct()
+                .limit(limit)
+            )
+            with store_errors(), self._engine.connect() as conn:
+                rows = conn.execute(stmt).all()
+        return [(str(tenant), str(principal)) for tenant, principal in rows]
+
     def list_turns(
-        self, tenant_id: str, principal_id: str, after_row_id: int, limit: int
+        self,
+        tenant_id: str,
+        principal_id: str,
+        after_row_id: int,
+        limit: int,
+        since: datetime | None = None,
     ) -> list[StoredTurn]:
         """See `TurnStore.list_turns`."""
         stmt = (
@@ -220,11 +275,18 @@ class SqlTurnStore:
             .order_by(_t.c.turn_row_id)
             .limit(limit)
         )
+        if since is not None:
+            stmt = stmt.where(_t.c.turn_time >= since)
         with self._db.transaction(tenant_id) as tx:
             return _stored(tx.connection.execute(stmt).all())
 
     def list_conversations(
-        self, tenant_id: str, principal_id: str, after: ListCursor | None, limit: int
+        self,
+        tenant_id: str,
+        principal_id: str,
+        after: ListCursor | None,
+        limit: int,
+        since: datetime | None = None,
     ) -> list[ConversationSummary]:
         """See `ConversationListing.list_conversations`: one grouping of the principal's rows
         over conversation_turns_conversation_idx, the page's openings one index probe each."""
@@ -241,6 +303,8 @@ class SqlTurnStore:
             .where(_t.c.tenant_id == tenant_id, _t.c.principal_id == principal_id)
             .group_by(_t.c.conversation_id)
         )
+        if since is not None:  # expired turns count for nothing (one range of the index)
+            grouped = grouped.where(_t.c.turn_time >= since)
         if after is not None:
             grouped = grouped.having(
                 or_(
@@ -256,6 +320,7 @@ class SqlTurnStore:
                 first.c.tenant_id == tenant_id,
                 first.c.principal_id == principal_id,
                 first.c.conversation_id == page.c.conversation_id,
+                first.c.turn_time == page.c.first_time,
             )
             .order_by(first.c.turn_time, first.c.turn_row_id)
             .limit(1)
@@ -283,6 +348,7 @@ class SqlTurnStore:
         conversation_id: str,
         after: ListCursor | None,
         limit: int,
+        since: datetime | None = None,
     ) -> list[StoredTurn]:
         """See `ConversationListing.list_conversation_turns` (one range of the index)."""
         stmt = (
@@ -303,6 +369,8 @@ class SqlTurnStore:
                     and_(_t.c.turn_time == after.time, _t.c.turn_row_id > after.row_id),
                 )
             )
+        if since is not None:
+            stmt = stmt.where(_t.c.turn_time >= since)
         with self._db.transaction(tenant_id) as tx:
             return _stored(tx.connection.execute(stmt).all())
 

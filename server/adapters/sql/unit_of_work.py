@@ -158,6 +158,16 @@ class _TurnRows:
     def delete_all(self) -> int:
         return int(self._conn.execute(delete(_t).where(*_where(_t, self._scope))).rowcount)
 
+    def delete_before(self, before: datetime, limit: int) -> int:
+        expired = (
+            select(_t.c.turn_row_id)
+            .where(*_where(_t, self._scope), _t.c.turn_time < before)
+            .order_by(_t.c.turn_time)
+            .limit(limit)
+        )
+        stmt = delete(_t).where(_t.c.turn_row_id.in_(expired))
+        return int(self._conn.execute(stmt).rowcount)
+
 
 class _TombstoneRows:
     def __init__(self, uow: SqlUnitOfWork, tx: SqlTransaction, scope: dict[str, str]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
 from server.adapters.sql.database import SqlDatabase
 from server.adapters.sql.turns import SqlTurnStore
@@ -17,6 +18,7 @@ from server.domain.intake import TurnIntake
 from server.domain.keywords import KeywordEncoder
 from server.domain.ports import ChunkIndex, Embedder, InspectionStore, MemoryStore
 from server.domain.removal import ConversationRemoval
+from server.domain.retention import RetentionPurge, TurnRetention, TurnsKept
 from server.domain.search import ConversationSearch
 from server.domain.secrets import SecretDetector
 from server.runtime.builders import utc_now
@@ -24,6 +26,25 @@ from server.runtime.builders.chunks import build_chunk_index
 from server.runtime.builders.embedding import build_embedder
 from server.runtime.settings import Settings
 from server.telemetry import Telemetry
+
+
+def turn_retention(settings: Settings) -> TurnRetention:
+    """The deployment's turn retention (MEMORIA_TURN_RETENTION_DAYS and each tenant's own
+    MEMORIA_TENANT_TURN_RETENTION_DAYS; 0 keeps turns until deleted)."""
+
+    def period(days: int) -> timedelta | None:
+        return timedelta(days=days) if days else None
+
+    memory = settings.memory
+    return TurnRetention(
+        default=period(memory.turn_retention_days),
+        tenants={t: period(d) for t, d in memory.tenant_turn_retention_days.items()},
+    )
+
+
+def turns_kept(settings: Settings) -> TurnsKept:
+    """The retention against the clock, for the reads that show turns."""
+    return TurnsKept(turn_retention(settings), utc_now)
 
 
 @dataclass
@@ -36,6 +57,8 @@ class SearchParts:
     embedder: Embedder
     keywords: KeywordEncoder
     indexer: Indexer
+    purge: RetentionPurge
+    """The retention purge the index worker runs (a no-op while retention is off)."""
 
 
 def build_search_parts(
@@ -57,8 +80,11 @@ def build_search_parts(
     index = telemetry.chunk_index(index, "embedded" if settings.qdrant.embedded else "server")
     telemetry.observe_outbox(turns.outbox_stats)
     keywords = KeywordEncoder()
-    indexer = Indexer(telemetry.indexer_turns(turns), index, embedder, keywords, utc_now)
-    return SearchParts(turns, SqlUnitsOfWork(db), index, embedder, keywords, indexer)
+    worker_turns = telemetry.indexer_turns(turns)
+    indexer = Indexer(worker_turns, index, embedder, keywords, utc_now)
+    units = SqlUnitsOfWork(db)
+    purge = RetentionPurge(turn_retention(settings), worker_turns, units, index, utc_now)
+    return SearchParts(turns, units, index, embedder, keywords, indexer, purge)
 
 
 @dataclass
@@ -91,6 +117,7 @@ def build_conversations(
             one_side(parts.index, settings.memory.search_mode),
             utc_now,
             inspections,
+            turn_retention(settings),
         ),
         removal=ConversationRemoval(parts.units, parts.index, utc_now, wake_worker, inspections),
     )

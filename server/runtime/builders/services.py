@@ -18,7 +18,7 @@ from server.domain.ports import MemoryStore
 from server.domain.tool_calls import ToolCalls
 from server.runtime.builders import utc_now
 from server.runtime.builders.access import page_token_key
-from server.runtime.builders.search import Conversations, build_conversations
+from server.runtime.builders.search import Conversations, build_conversations, turns_kept
 from server.runtime.builders.stores import Stores
 from server.runtime.settings import Settings
 from server.runtime.worker import IndexWorker
@@ -74,9 +74,10 @@ def build_services(
         parts.index,
         utc_now,
         retention=timedelta(days=settings.memory.inspection_retention_days),
+        kept=turns_kept(settings),
     )
-    exporter = Exporter(blocks, store, parts.turns, parts.index, tokens)
-    listing = ConversationList(parts.turns, parts.index, tokens)
+    exporter = Exporter(blocks, store, parts.turns, parts.index, tokens, turns_kept(settings))
+    listing = ConversationList(parts.turns, parts.index, tokens, turns_kept(settings))
     tool_calls = ToolCalls(blocks, conversations.search, inspections, utc_now)
     return Services(
         blocks,

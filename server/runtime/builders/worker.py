@@ -32,6 +32,7 @@ def build_index_worker(settings: Settings, stores: Stores) -> IndexWorker:
         space=stores.space,
         purges=(
             inspection_purge(settings, stores.db),
+            parts.purge.purge_once,
             KeywordReindexer(parts.index, parts.keywords).run_once,
         ),
     )

@@ -428,11 +428,28 @@ class MemorySettings(SettingsGroup):
     """block limit in code points; lowering it never cuts stored blocks"""
     inspection_retention_days: int = Field(default=30, ge=1, le=3650)
     """days the inspector keeps what each referenced turn rendered and searched"""
+    turn_retention_days: int = Field(default=0, ge=0, le=36500)
+    """days a conversation turn is kept after its turn time: older turns leave search, lists
+    and exports at once and are purged in the background; 0 keeps turns until deleted"""
+    tenant_turn_retention_days: dict[str, int] = Field(default={})
+    """JSON object of a tenant's own `turn_retention_days` (`{"acme": 30, "globex": 0}`), over
+    the default for that tenant; 0 keeps its turns until deleted"""
     # Development and benchmarks only (bench/bench_search_quality.py): answer searches from
     # one retrieval side alone, with the same index and the same representations, to measure
     # what each side and the fusion contribute. Production leaves it at hybrid.
     search_mode: Literal["hybrid", "keyword", "semantic"] = "hybrid"
     """development and benchmarks: `keyword` or `semantic` answers searches from that side alone"""
+
+    @field_validator("tenant_turn_retention_days")
+    @classmethod
+    def _tenant_retention(cls, days: dict[str, int]) -> dict[str, int]:
+        for tenant, value in days.items():
+            problem = identity_value_problem(tenant)
+            if problem is not None:  # a tenant no caller could be: a typo, say so
+                raise ValueError(f"tenant {tenant!r}: {problem}")
+            if not 0 <= value <= 36500:
+                raise ValueError(f"tenant {tenant!r}: {value} days is not within 0..36500")
+        return days
 
 
 class LimitsSettings(SettingsGroup):

@@ -62,6 +62,7 @@ _TYPE_NAMES: dict[Any, str] = {
     Path: "path",
     SecretStr: "string (secret: never printed)",
     tuple[str, ...]: "JSON list of strings",
+    dict[str, int]: "JSON object of integers",
 }
 _BOUNDS = (("ge", "≥ {}"), ("gt", "> {}"), ("le", "≤ {}"))
 
@@ -94,6 +95,8 @@ def _default_text(setting: Setting) -> str:
         return "unset"
     if isinstance(default, tuple):
         return "`[]`" if not default else f"`{json.dumps(list(default))}`"
+    if isinstance(default, dict):
+        return f"`{json.dumps(default)}`"
     if isinstance(default, bool):
         return f"`{str(default).lower()}`"
     return f"`{default}`"
