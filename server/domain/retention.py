@@ -149,7 +149,7 @@ class RetentionPurge:
                         NewAuditEvent(
                             principal_id=principal_id,
                             action=AuditAction.TURNS_EXPIRED,
-                            writer=Writer.USER,
+                            writer=Writer.SERVICE,
                             create_time=now,
                             deleted_turn_count=count,
                         )

@@ -34,13 +34,19 @@ _WRITERS: dict[block_pb.Writer.ValueType, Writer] = {
     block_pb.WRITER_MODEL: Writer.MODEL,
     block_pb.WRITER_USER: Writer.USER,
 }
-_WRITER_PB: dict[Writer, block_pb.Writer.ValueType] = {v: k for k, v in _WRITERS.items()}
+_WRITER_PB: dict[Writer, block_pb.Writer.ValueType] = {
+    **{v: k for k, v in _WRITERS.items()},
+    # The service's own changes (a retention purge): no caller wrote them, and no caller can
+    # claim to be the service (`writer_of` reads `_WRITERS` only).
+    Writer.SERVICE: block_pb.WRITER_UNSPECIFIED,
+}
 _ACTIONS: dict[audit_pb.AuditAction.ValueType, AuditAction] = {
     audit_pb.AUDIT_ACTION_BLOCK_REWRITTEN: AuditAction.BLOCK_REWRITTEN,
     audit_pb.AUDIT_ACTION_BLOCK_DELETED: AuditAction.BLOCK_DELETED,
     audit_pb.AUDIT_ACTION_SETTINGS_UPDATED: AuditAction.SETTINGS_UPDATED,
     audit_pb.AUDIT_ACTION_CONVERSATION_DELETED: AuditAction.CONVERSATION_DELETED,
     audit_pb.AUDIT_ACTION_PRINCIPAL_DATA_ERASED: AuditAction.PRINCIPAL_DATA_ERASED,
+    audit_pb.AUDIT_ACTION_TURNS_EXPIRED: AuditAction.TURNS_EXPIRED,
 }
 _ACTION_PB: dict[AuditAction, audit_pb.AuditAction.ValueType] = {v: k for k, v in _ACTIONS.items()}
 

@@ -205,6 +205,7 @@ class ConversationSearchServicer(search_grpc.ConversationSearchServiceServicer):
         return search_pb.ExportPrincipalDataResponse(
             records=[export_record_message(r) for r in page.records],
             next_page_token=page.next_page_token,
+            turn_retention_days=page.turn_retention_days,
         )
 
     def ListConversations(

@@ -7,7 +7,9 @@ empty), and the import replays the records through the ordinary RPCs, so it obey
 the target deployment enforces (limits, credential refusal, deleted conversations).
 
 File format: one JSON object per line, each with a `kind`. The first line is the header
-(`{"kind": "header", "format": "memoria-export/1"}`); then `settings`, `memory_block`,
+(`{"kind": "header", "format": "memoria-export/1", "turn_retention_days": 0}`: the tenant's
+turn retention when it was written, 0 when turns are kept until deleted; turns older than it
+are not in the file); then `settings`, `memory_block`,
 `audit_event`, `turn` and `deleted_conversation` records, each the contract message's proto3
 JSON (field names as in the .proto) plus `kind`.
 
@@ -67,13 +69,22 @@ def export_lines(
     """The caller's export as JSON Lines (header first), page by page; each record's kind is
     counted in `counts` when given."""
     stub = search_grpc.ConversationSearchServiceStub(channel)
-    yield json.dumps({"kind": "header", "format": FORMAT})
     token = ""
+    first = True
     while True:
         page = stub.ExportPrincipalData(
             search_pb.ExportPrincipalDataRequest(page_size=PAGE_SIZE, page_token=token),
             metadata=md,
         )
+        if first:  # the header says which turn retention applied (every page says the same)
+            yield json.dumps(
+                {
+                    "kind": "header",
+                    "format": FORMAT,
+                    "turn_retention_days": page.turn_retention_days,
+                }
+            )
+            first = False
         for record in page.records:
             if counts is not None:
                 counts[record.WhichOneof("record") or ""] += 1

@@ -213,7 +213,7 @@ def _conversations(out: str) -> None:
 
 
 def _export(out: str) -> None:
-    header = '{"kind": "header", "format": "memoria-export/1"}'
+    header = '{"kind": "header", "format": "memoria-export/1", "turn_retention_days": 0}'
     assert header in out.splitlines(), "the header"
     assert '"kind": "memory_block"' in out, "the block"
     assert "memoria import: " in out, "the import's summary"

@@ -155,7 +155,11 @@ def test_the_commands_write_and_load_json_lines_and_say_what_they_did(
         ["export", "--server", server, "--tenant", api.tenant, "--principal", "ana", "-o", str(out)]
     )
     lines = out.read_text("utf-8").splitlines()
-    assert json.loads(lines[0]) == {"kind": "header", "format": "memoria-export/1"}
+    assert json.loads(lines[0]) == {
+        "kind": "header",
+        "format": "memoria-export/1",
+        "turn_retention_days": 0,  # the default: turns are kept until deleted
+    }
     assert all("kind" in json.loads(line) for line in lines)
     said = capsys.readouterr()
     assert said.out == ""

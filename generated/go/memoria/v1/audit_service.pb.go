@@ -40,6 +40,11 @@ const (
 	// All of a principal's memory was erased (`removed_line_count` of the
 	// block, `deleted_turn_count`).
 	AuditAction_AUDIT_ACTION_PRINCIPAL_DATA_ERASED AuditAction = 5
+	// The tenant's turn retention removed the principal's turns older than it
+	// (`deleted_turn_count` only: no conversation or turn ids, no text). Made
+	// by the service itself, so `writer` is WRITER_UNSPECIFIED and
+	// `actor_principal_id` is empty.
+	AuditAction_AUDIT_ACTION_TURNS_EXPIRED AuditAction = 6
 )
 
 // Enum value maps for AuditAction.
@@ -51,6 +56,7 @@ var (
 		3: "AUDIT_ACTION_SETTINGS_UPDATED",
 		4: "AUDIT_ACTION_CONVERSATION_DELETED",
 		5: "AUDIT_ACTION_PRINCIPAL_DATA_ERASED",
+		6: "AUDIT_ACTION_TURNS_EXPIRED",
 	}
 	AuditAction_value = map[string]int32{
 		"AUDIT_ACTION_UNSPECIFIED":           0,
@@ -59,6 +65,7 @@ var (
 		"AUDIT_ACTION_SETTINGS_UPDATED":      3,
 		"AUDIT_ACTION_CONVERSATION_DELETED":  4,
 		"AUDIT_ACTION_PRINCIPAL_DATA_ERASED": 5,
+		"AUDIT_ACTION_TURNS_EXPIRED":         6,
 	}
 )
 
@@ -96,7 +103,8 @@ type AuditEvent struct {
 	EventId string `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
 	// What happened.
 	Action AuditAction `protobuf:"varint,2,opt,name=action,proto3,enum=memoria.v1.AuditAction" json:"action,omitempty"`
-	// Who made the change.
+	// Who made the change; WRITER_UNSPECIFIED when the service made it by a
+	// rule (AUDIT_ACTION_TURNS_EXPIRED).
 	Writer Writer `protobuf:"varint,3,opt,name=writer,proto3,enum=memoria.v1.Writer" json:"writer,omitempty"`
 	// The principal whose memory changed.
 	PrincipalId string `protobuf:"bytes,4,opt,name=principal_id,json=principalId,proto3" json:"principal_id,omitempty"`
@@ -121,8 +129,8 @@ type AuditEvent struct {
 	MemoryEnabled *bool `protobuf:"varint,11,opt,name=memory_enabled,json=memoryEnabled,proto3,oneof" json:"memory_enabled,omitempty"`
 	// For AUDIT_ACTION_CONVERSATION_DELETED: the conversation. Empty otherwise.
 	ConversationId string `protobuf:"bytes,12,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
-	// For AUDIT_ACTION_CONVERSATION_DELETED and
-	// AUDIT_ACTION_PRINCIPAL_DATA_ERASED: how many turns were removed.
+	// For AUDIT_ACTION_CONVERSATION_DELETED, AUDIT_ACTION_PRINCIPAL_DATA_ERASED
+	// and AUDIT_ACTION_TURNS_EXPIRED: how many turns were removed.
 	DeletedTurnCount int32 `protobuf:"varint,13,opt,name=deleted_turn_count,json=deletedTurnCount,proto3" json:"deleted_turn_count,omitempty"`
 	// The principal who made the call; differs from `principal_id` when a
 	// tenant administrator erased another principal's data.
@@ -459,14 +467,15 @@ const file_memoria_v1_audit_service_proto_rawDesc = "" +
 	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"q\n" +
 	"\x17ListAuditEventsResponse\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.memoria.v1.AuditEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\xdf\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\xff\x01\n" +
 	"\vAuditAction\x12\x1c\n" +
 	"\x18AUDIT_ACTION_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cAUDIT_ACTION_BLOCK_REWRITTEN\x10\x01\x12\x1e\n" +
 	"\x1aAUDIT_ACTION_BLOCK_DELETED\x10\x02\x12!\n" +
 	"\x1dAUDIT_ACTION_SETTINGS_UPDATED\x10\x03\x12%\n" +
 	"!AUDIT_ACTION_CONVERSATION_DELETED\x10\x04\x12&\n" +
-	"\"AUDIT_ACTION_PRINCIPAL_DATA_ERASED\x10\x052o\n" +
+	"\"AUDIT_ACTION_PRINCIPAL_DATA_ERASED\x10\x05\x12\x1e\n" +
+	"\x1aAUDIT_ACTION_TURNS_EXPIRED\x10\x062o\n" +
 	"\fAuditService\x12_\n" +
 	"\x0fListAuditEvents\x12\".memoria.v1.ListAuditEventsRequest\x1a#.memoria.v1.ListAuditEventsResponse\"\x03\x90\x02\x01B\x97\x01\n" +
 	"\x0ecom.memoria.v1B\x11AuditServiceProtoP\x01Z)memoria/generated/go/memoria/v1;memoriav1\xa2\x02\x03MXX\xaa\x02\n" +

@@ -1245,8 +1245,13 @@ type ExportPrincipalDataResponse struct {
 	Records []*ExportRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
 	// Token for the next page; empty only when the export is complete.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The turn retention that applies to the caller's tenant, in days: turns
+	// whose `turn_time` is older are not exported (nor searched or listed) and
+	// are purged in the background. 0: turns are kept until deleted. The same
+	// on every page.
+	TurnRetentionDays int32 `protobuf:"varint,3,opt,name=turn_retention_days,json=turnRetentionDays,proto3" json:"turn_retention_days,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ExportPrincipalDataResponse) Reset() {
@@ -1291,6 +1296,13 @@ func (x *ExportPrincipalDataResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ExportPrincipalDataResponse) GetTurnRetentionDays() int32 {
+	if x != nil {
+		return x.TurnRetentionDays
+	}
+	return 0
 }
 
 // ExportRecord is one item held about the caller; exactly one field is set.
@@ -1989,10 +2001,11 @@ const file_memoria_v1_conversation_search_service_proto_rawDesc = "" +
 	"\x1aExportPrincipalDataRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"y\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xa9\x01\n" +
 	"\x1bExportPrincipalDataResponse\x122\n" +
 	"\arecords\x18\x01 \x03(\v2\x18.memoria.v1.ExportRecordR\arecords\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd1\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12.\n" +
+	"\x13turn_retention_days\x18\x03 \x01(\x05R\x11turnRetentionDays\"\xd1\x02\n" +
 	"\fExportRecord\x128\n" +
 	"\bsettings\x18\x01 \x01(\v2\x1a.memoria.v1.MemorySettingsH\x00R\bsettings\x12<\n" +
 	"\fmemory_block\x18\x02 \x01(\v2\x17.memoria.v1.MemoryBlockH\x00R\vmemoryBlock\x129\n" +

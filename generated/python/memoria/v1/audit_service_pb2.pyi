@@ -43,6 +43,12 @@ class _AuditActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AuditActi
     """All of a principal's memory was erased (`removed_line_count` of the
     block, `deleted_turn_count`).
     """
+    AUDIT_ACTION_TURNS_EXPIRED: _AuditAction.ValueType  # 6
+    """The tenant's turn retention removed the principal's turns older than it
+    (`deleted_turn_count` only: no conversation or turn ids, no text). Made
+    by the service itself, so `writer` is WRITER_UNSPECIFIED and
+    `actor_principal_id` is empty.
+    """
 
 class AuditAction(_AuditAction, metaclass=_AuditActionEnumTypeWrapper):
     """AuditAction is what an audit event records."""
@@ -62,6 +68,12 @@ AUDIT_ACTION_CONVERSATION_DELETED: AuditAction.ValueType  # 4
 AUDIT_ACTION_PRINCIPAL_DATA_ERASED: AuditAction.ValueType  # 5
 """All of a principal's memory was erased (`removed_line_count` of the
 block, `deleted_turn_count`).
+"""
+AUDIT_ACTION_TURNS_EXPIRED: AuditAction.ValueType  # 6
+"""The tenant's turn retention removed the principal's turns older than it
+(`deleted_turn_count` only: no conversation or turn ids, no text). Made
+by the service itself, so `writer` is WRITER_UNSPECIFIED and
+`actor_principal_id` is empty.
 """
 Global___AuditAction: _TypeAlias = AuditAction  # noqa: Y015
 
@@ -91,7 +103,9 @@ class AuditEvent(_message.Message):
     action: Global___AuditAction.ValueType
     """What happened."""
     writer: _memory_block_pb2.Writer.ValueType
-    """Who made the change."""
+    """Who made the change; WRITER_UNSPECIFIED when the service made it by a
+    rule (AUDIT_ACTION_TURNS_EXPIRED).
+    """
     principal_id: _builtins.str
     """The principal whose memory changed."""
     removed_line_count: _builtins.int
@@ -107,8 +121,8 @@ class AuditEvent(_message.Message):
     conversation_id: _builtins.str
     """For AUDIT_ACTION_CONVERSATION_DELETED: the conversation. Empty otherwise."""
     deleted_turn_count: _builtins.int
-    """For AUDIT_ACTION_CONVERSATION_DELETED and
-    AUDIT_ACTION_PRINCIPAL_DATA_ERASED: how many turns were removed.
+    """For AUDIT_ACTION_CONVERSATION_DELETED, AUDIT_ACTION_PRINCIPAL_DATA_ERASED
+    and AUDIT_ACTION_TURNS_EXPIRED: how many turns were removed.
     """
     actor_principal_id: _builtins.str
     """The principal who made the call; differs from `principal_id` when a

@@ -695,8 +695,15 @@ class ExportPrincipalDataResponse(_message.Message):
 
     RECORDS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TURN_RETENTION_DAYS_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """Token for the next page; empty only when the export is complete."""
+    turn_retention_days: _builtins.int
+    """The turn retention that applies to the caller's tenant, in days: turns
+    whose `turn_time` is older are not exported (nor searched or listed) and
+    are purged in the background. 0: turns are kept until deleted. The same
+    on every page.
+    """
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExportRecord]:
         """The records of this page, in export order: settings, memory block, audit
@@ -708,10 +715,11 @@ class ExportPrincipalDataResponse(_message.Message):
         *,
         records: _abc.Iterable[Global___ExportRecord] | None = ...,
         next_page_token: _builtins.str = ...,
+        turn_retention_days: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "records", b"records", "turn_retention_days", b"turn_retention_days"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
