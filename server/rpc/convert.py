@@ -164,7 +164,11 @@ def audit_event_message(event: AuditEvent) -> audit_pb.AuditEvent:
         char_count=event.char_count,
         conversation_id=event.conversation_id,
         deleted_turn_count=event.deleted_turn_count,
-        actor_principal_id=event.actor_principal_id or event.principal_id,
+        # Events before 0005 stored no actor: the principal itself. The service's own (a
+        # retention purge, `Writer.SERVICE`) has no caller, so no actor.
+        actor_principal_id=(
+            "" if event.writer is Writer.SERVICE else event.actor_principal_id or event.principal_id
+        ),
     )
     if event.memory_enabled is not None:
         msg.memory_enabled = event.memory_enabled
