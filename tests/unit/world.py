@@ -11,6 +11,7 @@ from server.domain.intake import IndexTurnResult, TurnIntake
 from server.domain.keywords import KeywordEncoder
 from server.domain.model import Identity, SearchHit, StoredSettings
 from server.domain.removal import ConversationRemoval
+from server.domain.retention import RetentionPurge, TurnRetention
 from server.domain.search import ConversationSearch
 from tests.fakes import (
     FakeClock,
@@ -39,6 +40,7 @@ class World:
         default_factory=lambda: InMemoryChunkIndex(None, 8, HashEmbedder.model_id)
     )
     wakes: list[str] = field(default_factory=list)
+    retention: TurnRetention = field(default_factory=TurnRetention)
 
     def __post_init__(self) -> None:
         self.turns = InMemoryTurnStore(self.memory, self.inspections)
@@ -54,6 +56,10 @@ class World:
             self.index,
             self.clock,
             self.inspections,
+            self.retention,
+        )
+        self.purge = RetentionPurge(
+            self.retention, self.turns, self.turns.units, self.index, self.clock
         )
         self.removal = ConversationRemoval(
             self.turns.units, self.index, self.clock, wake, self.inspections
