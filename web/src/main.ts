@@ -311,12 +311,21 @@ const ACTION_WORDS: Record<number, string> = {
   [AuditAction.SETTINGS_UPDATED]: "changed the settings",
   [AuditAction.CONVERSATION_DELETED]: "deleted a conversation",
   [AuditAction.PRINCIPAL_DATA_ERASED]: "erased all data",
+  [AuditAction.TURNS_EXPIRED]: "removed old conversation turns",
 };
 
 function auditItem(event: AuditEvent): HTMLElement {
   const item = element("li");
   item.dataset["action"] = AuditAction[event.action] ?? "";
-  const who = event.writer === Writer.MODEL ? "The assistant" : event.writer === Writer.USER ? "You" : "Someone";
+  // Expired turns are removed by the service itself, under the organization's retention.
+  const who =
+    event.action === AuditAction.TURNS_EXPIRED
+      ? "Memoria"
+      : event.writer === Writer.MODEL
+        ? "The assistant"
+        : event.writer === Writer.USER
+          ? "You"
+          : "Someone";
   const head = element("div");
   head.append(element("strong", `${who} ${ACTION_WORDS[event.action] ?? "made a change"}`), ` · ${when(event.createTime)}`);
   item.append(head);
@@ -328,6 +337,11 @@ function auditItem(event: AuditEvent): HTMLElement {
   }
   if (event.action === AuditAction.CONVERSATION_DELETED) {
     item.append(element("div", `Conversation ${event.conversationId} (${count(event.deletedTurnCount, "turn")})`));
+  }
+  if (event.action === AuditAction.TURNS_EXPIRED) {
+    item.append(
+      element("div", `${count(event.deletedTurnCount, "turn")} older than your organization keeps them`),
+    );
   }
   if (event.action === AuditAction.PRINCIPAL_DATA_ERASED) {
     item.append(
