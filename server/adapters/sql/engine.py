@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
@@ -65,8 +65,20 @@ def behind_pooler(engine: Engine) -> bool:
 
 
 def libpq_conninfo(url: str) -> str:
-    """A SQLAlchemy `postgresql+psycopg://` URL as libpq (psycopg.connect) takes it."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    """A SQLAlchemy `postgresql+psycopg://` URL as libpq (psycopg.connect) takes it, with the
+    same meaning the engine gives it.
+
+    Built from what the psycopg dialect would pass to `psycopg.connect`, not by renaming the
+    URL's scheme: SQLAlchemy's multi-host form (`?host=a:5432&host=b:5433`, docs/operations.md,
+    "Failover") is SQLAlchemy's own, and libpq would read `a:5432` as a host name and keep
+    only the last `host`. So the read cache's listener and the pooler check reach the same
+    servers, in the same order and with the same `target_session_attrs`, as the pools.
+    """
+    parsed = make_url(url)
+    dialect = parsed.get_dialect()()
+    _, params = dialect.create_connect_args(parsed)
+    params.pop("context", None)  # the dialect's adapters, not a connection parameter
+    return make_conninfo(**{name: str(value) for name, value in params.items()})
 
 
 def reaches_postgres_directly(url: str) -> bool:
