@@ -68,10 +68,15 @@ class OwnPostgres:
     port: int
     owner_url: str = ""
     app_url: str = ""
+    durable: bool = False
+    """PostgreSQL's own durability settings (MEMORIA_PG_DURABLE=1: fsync and
+    synchronous_commit on), for a cluster whose commits are meant to survive."""
 
     def pg(self, command: str) -> str:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "MEMORIA_"))}
         env |= {"MEMORIA_PG_DIR": str(self.directory), "MEMORIA_PG_PORT": str(self.port)}
+        if self.durable:
+            env["MEMORIA_PG_DURABLE"] = "1"
         done = subprocess.run(
             ["bash", str(ROOT / "scripts" / "pg.sh"), command],
             env=env,
