@@ -42,6 +42,7 @@ from tests.embedding_endpoint import EmbeddingEndpoint, embedding_endpoint
 from tests.fakes import InMemoryMemoryStore
 from tests.postgres_server import OwnPostgres, free_port, pg_urls, pgbouncer_url
 from tests.qdrant_server import QdrantEndpoint, suite_qdrant
+from tests.replication import ReplicatedPostgres, free_low_port
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_POSTGRES = os.environ.get("MEMORIA_REQUIRE_POSTGRES") == "1"
@@ -156,6 +157,35 @@ def own_postgres() -> Iterator[OwnPostgres]:
             migrate.upgrade(owner, app_role=APP_ROLE)
         finally:
             owner.dispose()
+        yield cluster
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def replicated_postgres() -> Iterator[ReplicatedPostgres]:
+    """The primary and its synchronous standby, migrated; stopped and removed at the end. Under
+    /tmp, open to the server user (pytest's tmp_path is not reachable by `postgres` as root)."""
+    directory = Path(tempfile.mkdtemp(prefix="memoria-failover-"))
+    directory.chmod(0o755)
+    cluster = ReplicatedPostgres(directory, free_low_port(), free_low_port())
+    try:
+        try:
+            cluster.start_primary()
+            owner = create_store_engine(cluster.owner_url, pool_size=1)
+            try:
+                migrate.upgrade(owner, app_role=APP_ROLE)
+            finally:
+                owner.dispose()
+            cluster.start_standby()
+        except Exception as error:
+            message = f"cannot start a primary and a synchronous standby: {error}"
+            if REQUIRE_POSTGRES:
+                pytest.fail(message, pytrace=False)
+            pytest.skip(message)
         yield cluster
     finally:
         try:

@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -53,13 +51,10 @@ from memoria.v1 import conversation_search_service_pb2_grpc as search_grpc
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
-from server.adapters.sql import migrate
 from server.adapters.sql.cache import LISTENER_APPLICATION_NAME
-from server.adapters.sql.engine import create_store_engine
 from tests.api.conftest import error_info
-from tests.conftest import APP_ROLE, REQUIRE_POSTGRES
 from tests.processes import MEMORIA, clean_env, wait_for_port
-from tests.replication import ReplicatedPostgres, free_low_port
+from tests.replication import ReplicatedPostgres
 
 pytestmark = pytest.mark.postgres
 
@@ -87,35 +82,6 @@ def who(principal: str, roles: str = "") -> tuple[tuple[str, str], ...]:
     return (*md, ("x-memoria-roles", roles)) if roles else md
 
 
-@pytest.fixture
-def replicated() -> Iterator[ReplicatedPostgres]:
-    """The primary and its synchronous standby, migrated; stopped and removed at the end. Under
-    /tmp, open to the server user (pytest's tmp_path is not reachable by `postgres` as root)."""
-    directory = Path(tempfile.mkdtemp(prefix="memoria-failover-"))
-    directory.chmod(0o755)
-    cluster = ReplicatedPostgres(directory, free_low_port(), free_low_port())
-    try:
-        try:
-            cluster.start_primary()
-            owner = create_store_engine(cluster.owner_url, pool_size=1)
-            try:
-                migrate.upgrade(owner, app_role=APP_ROLE)
-            finally:
-                owner.dispose()
-            cluster.start_standby()
-        except Exception as error:
-            message = f"cannot start a primary and a synchronous standby: {error}"
-            if REQUIRE_POSTGRES:
-                pytest.fail(message, pytrace=False)
-            pytest.skip(message)
-        yield cluster
-    finally:
-        try:
-            cluster.stop()
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
-
-
 @dataclass
 class Server:
     """One `memoria serve` process and a channel to it."""
@@ -138,7 +104,9 @@ class Server:
 
 
 @pytest.fixture
-def servers(replicated: ReplicatedPostgres, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
+def servers(
+    replicated_postgres: ReplicatedPostgres, tmp_path: Path
+) -> Iterator[tuple[Server, Server]]:
     """A (the load) and B (renders only, no indexing thread) on the multi-host URL."""
     started: list[Server] = []
     try:
@@ -153,7 +121,7 @@ def servers(replicated: ReplicatedPostgres, tmp_path: Path) -> Iterator[tuple[Se
                     ],
                     cwd=tmp_path,
                     env=clean_env(
-                        MEMORIA_DATABASE_URL=replicated.app_url,
+                        MEMORIA_DATABASE_URL=replicated_postgres.app_url,
                         MEMORIA_PAGE_TOKEN_SECRET="failover-test-secret-0123456789",
                         MEMORIA_SHUTDOWN_GRACE_SECONDS="1",
                         **extra,
@@ -365,10 +333,11 @@ def listeners(cluster: ReplicatedPostgres, port: int) -> int:
 
 
 def test_a_killed_primary_and_a_promoted_standby_lose_nothing_acknowledged(
-    replicated: ReplicatedPostgres, servers: tuple[Server, Server]
+    replicated_postgres: ReplicatedPostgres, servers: tuple[Server, Server]
 ) -> None:
     a, b = servers
-    assert listeners(replicated, replicated.primary_port) == 2
+    cluster = replicated_postgres
+    assert listeners(cluster, cluster.primary_port) == 2
     for principal in WRITERS:  # B caches each (still empty) block
         block(b, principal)
     health = HealthLog(a.channel)  # type: ignore[arg-type]
@@ -402,13 +371,13 @@ def test_a_killed_primary_and_a_promoted_standby_lose_nothing_acknowledged(
             wait_until(partial(caller.successes, 0, 3), 30, f"{caller.name} warm-up")
 
         killed = time.monotonic()
-        replicated.kill_primary()
+        cluster.kill_primary()
         status, down_at = health.next()
         assert status == NOT_SERVING
         # Every kind of call meets the outage before the standby takes over.
         wait_until(lambda: all(c.failed for c in callers), 15, "every caller meets the outage")
         promoting = time.monotonic()
-        replicated.promote()
+        cluster.promote()
         promoted = time.monotonic()
         status, up_at = health.next()
         assert status == SERVING
@@ -450,7 +419,7 @@ def test_a_killed_primary_and_a_promoted_standby_lose_nothing_acknowledged(
 
     # Both read caches listen on the new primary, and B's cache, which holds each block's
     # latest version, gives way to A's next write.
-    wait_until(lambda: listeners(replicated, replicated.standby_port) == 2, 15, "listeners")
+    wait_until(lambda: listeners(cluster, cluster.standby_port) == 2, 15, "listeners")
     for writer in writers:
         cached = block(b, writer.principal)
         assert cached.text == block(a, writer.principal).text

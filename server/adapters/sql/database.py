@@ -283,7 +283,13 @@ class SqlDatabase:
                 else:
                     row = _execute_prepared(conn, pooled.info, sql, params)
             except psycopg.OperationalError as error:
-                pooled.invalidate(error)  # the connection is gone: never hand it out again
+                pooled.invalidate(error)  # never hand this connection out again
+                if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+                    # The server went away (restarted, or lost and its standby promoted): the
+                    # pool's other connections are as dead as this one, and without this each
+                    # would fail one more call once the database serves again. SQLAlchemy does
+                    # the same for its own pool when it sees a disconnect.
+                    self._autocommit.dispose()
                 raise
             finally:
                 pooled.close()
