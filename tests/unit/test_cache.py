@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -280,3 +281,48 @@ def test_exact_cache_keeps_a_load_that_overlapped_another_key() -> None:
 
     assert cache.get("k", load_while_other_key_changes) == "value"
     assert cache.get("k", lambda: "never loaded") == "value"
+
+
+def test_a_read_that_began_during_a_write_does_not_cache_what_it_read_before_the_commit(
+    inner: InMemoryMemoryStore,
+) -> None:
+    """A read of the principal starts while a write is in the store, loads the state before the
+    write commits, and ends after the write has ended: it must not replace the write's result
+    in the cache (seen under the failover test's load, where IndexTurn reads the principal
+    that the model rewrites)."""
+    store = cached(inner)
+    write(store, "old")
+    store.reset(enabled=True)
+    write_in_store, read_loaded, write_done = (threading.Event() for _ in range(3))
+
+    class Interleaving(InMemoryMemoryStore):
+        def apply(self, tenant_id: str, change: Change) -> bool:
+            write_in_store.set()
+            assert read_loaded.wait(10)
+            return inner.apply(tenant_id, change)
+
+        def read(
+            self, tenant_id: str, principal_id: str, *, fresh: bool = False
+        ) -> PrincipalMemory:
+            if threading.current_thread() is threading.main_thread():
+                return inner.read(tenant_id, principal_id)  # the writer's own read
+            value = inner.read(tenant_id, principal_id)  # before the write commits
+            read_loaded.set()
+            assert write_done.wait(10)
+            return value
+
+    store._inner = Interleaving()
+    raced: list[str] = []
+
+    def reader() -> None:
+        assert write_in_store.wait(10)
+        raced.append(text_of(store))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    assert write(store, "new")
+    write_done.set()
+    thread.join(10)
+    assert raced == ["old"]  # the racing read answers what it read...
+    store._inner = inner
+    assert text_of(store) == "new"  # ...but the cache keeps the write's result

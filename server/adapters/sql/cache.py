@@ -75,11 +75,12 @@ class CachedMemoryStore:
     """`MemoryStore` that serves `read` from memory and forgets a principal when it changes.
 
     Every write names the principal it changes; that principal is invalidated once the write
-    has ended. A read that overlaps an invalidation of its principal is not cached (`Races`),
-    so a slow read can never store a value older than a write it raced with, while reads and
-    writes of other principals never stop each other from being cached. A write that finds
-    its cached copy stale (a lost `apply`, a failed `confirm`) forgets it. The domain does not
-    know the cache is there: it decides on `read` and checks with `apply` and `confirm`.
+    has ended. A read that overlaps an invalidation of its principal (a write's start and its
+    end both count) is not cached (`Races`), so a slow read can never store a value older than
+    a write it raced with, while reads and writes of other principals never stop each other
+    from being cached. A write that finds its cached copy stale (a lost `apply`, a failed
+    `confirm`) forgets it. The domain does not know the cache is there: it decides on `read`
+    and checks with `apply` and `confirm`.
     """
 
     def __init__(
@@ -136,12 +137,14 @@ class CachedMemoryStore:
         finally:
             # Remember only if no other write of this principal reached this process's cache
             # in between (it would have ended this ticket's run); after a failure, whether it
-            # committed may be unknown (a lost connection), so forget.
+            # committed may be unknown (a lost connection), so forget. Either way, a read of
+            # the principal still running began after this write did and may have loaded the
+            # state from before its commit: it must not replace what is kept now.
             with self._lock:
-                if self._races.end(key, ticket) and applied and self._enabled:
+                kept = self._races.end(key, ticket) and applied and self._enabled
+                self._forget(key)
+                if kept:
                     self._cache[key] = change.after
-                else:
-                    self._forget(key)
         return applied
 
     def confirm(self, tenant_id: str, principal_id: str, memory: PrincipalMemory) -> bool:
