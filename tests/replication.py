@@ -210,20 +210,23 @@ class ReplicatedPostgres:
     def _superuser_password(self) -> str:
         return (self.directory / "primary" / "superuser.password").read_text().strip()
 
-    def kill_primary(self) -> None:
+    def kill_primary(self) -> float:
         """SIGKILL to the primary's postmaster and every process of it at once, as when its
-        machine is lost: nothing is flushed, nothing is shut down; returns once all are gone."""
+        machine is lost: nothing is flushed, nothing is shut down. Returns once all are gone,
+        with the time (monotonic) the last signal was sent."""
         pid = _postmaster_pid(self.primary_data)
         self.primary_killed = True
         victims = [pid, *_children(pid)]
         for victim in victims:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
         deadline = time.monotonic() + 10
         while any(_alive(victim) for victim in victims):
             if time.monotonic() > deadline:
                 raise RuntimeError("the primary's processes outlived SIGKILL for 10 s")
             time.sleep(0.01)
+        return killed
 
     def promote(self) -> None:
         """`pg_ctl promote`: the standby ends recovery and accepts writes (-w: returns once it
