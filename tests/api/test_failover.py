@@ -53,7 +53,7 @@ from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
 from server.adapters.sql.cache import LISTENER_APPLICATION_NAME
 from tests.api.conftest import error_info
-from tests.processes import MEMORIA, clean_env, wait_for_port
+from tests.processes import MEMORIA, clean_env, failed_in_one_line, wait_for_port
 from tests.replication import ReplicatedPostgres
 
 pytestmark = pytest.mark.postgres
@@ -337,6 +337,17 @@ def test_a_killed_primary_and_a_promoted_standby_lose_nothing_acknowledged(
 ) -> None:
     a, b = servers
     cluster = replicated_postgres
+    # A URL naming the standby alone is refused at start in one line (issue 22 item 4): every
+    # write would fail there, and its read cache would hear nobody's writes.
+    standby_only = (
+        f"postgresql+psycopg://memoria_app:memoria_app@127.0.0.1:{cluster.standby_port}/memoria"
+    )
+    last, _ = failed_in_one_line(
+        ["serve", "--listen", "127.0.0.1:0", "--data-dir", str(a.log.parent / "standby-only")],
+        a.log.parent,
+        clean_env(MEMORIA_DATABASE_URL=standby_only),
+    )
+    assert "reaches a standby" in last and "target_session_attrs=read-write" in last, last
     # Both read caches are on (their listeners connect once the servers are up).
     wait_until(lambda: listeners(cluster, cluster.primary_port) == 2, 15, "listeners")
     for principal in WRITERS:  # B caches each (still empty) block

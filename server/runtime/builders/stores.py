@@ -69,9 +69,26 @@ def build_engine(settings: Settings) -> Engine:
             "database_url",
         )
     check_pooler(settings)
+    _check_primary(engine)
     if store.db_pooler != "none":
         _check_statement_timeout(engine)
     return engine
+
+
+def _check_primary(engine: Engine) -> None:
+    """Refuse a database URL that reaches a standby: every write would fail there (read-only
+    transactions), and the read cache would hear nobody's writes. A multi-host URL with
+    `target_session_attrs=read-write` reaches the primary of the moment (docs/operations.md,
+    "Failover")."""
+    with engine.connect() as conn:
+        in_recovery = conn.exec_driver_sql("SELECT pg_is_in_recovery()").scalar_one()
+    if in_recovery:
+        raise StartupRefusal(
+            "the database URL reaches a standby (read-only, in recovery), not the primary: name "
+            "the primary, or every host with target_session_attrs=read-write "
+            "(docs/operations.md, Failover)",
+            "database_url",
+        )
 
 
 def _check_statement_timeout(engine: Engine) -> None:
