@@ -342,12 +342,12 @@ def test_a_killed_primary_and_a_promoted_standby_lose_nothing_acknowledged(
     standby_only = (
         f"postgresql+psycopg://memoria_app:memoria_app@127.0.0.1:{cluster.standby_port}/memoria"
     )
-    last, _ = failed_in_one_line(
+    refusal, _ = failed_in_one_line(
         ["serve", "--listen", "127.0.0.1:0", "--data-dir", str(a.log.parent / "standby-only")],
         a.log.parent,
         clean_env(MEMORIA_DATABASE_URL=standby_only),
     )
-    assert "reaches a standby" in last and "target_session_attrs=read-write" in last, last
+    assert "reaches a standby" in refusal and "target_session_attrs=read-write" in refusal, refusal
     # Both read caches are on (their listeners connect once the servers are up).
     wait_until(lambda: listeners(cluster, cluster.primary_port) == 2, 15, "listeners")
     for principal in WRITERS:  # B caches each (still empty) block
