@@ -19,9 +19,12 @@ the held-out figures pooled.
 What it does not settle (why the floor is not in the service yet): the keyword side's IDF is
 the collection's, every tenant's chunks together, so its raw scores grow with the collection
 (ln of the chunk count) and a fixed K means less as a deployment grows; and the semantic floor
-belongs to one model (a store records its model, so the floor could too).
+belongs to one model (a store records its model, so the floor could too). `--coverage` tries a
+keyword measure that does not depend on the collection instead of K: the share of the query's
+distinct terms (the service's own KeywordEncoder terms) that the turn's keyword document holds,
+which the service could compute from a hit's text.
 
-    .venv/bin/python bench/search_floor.py [--data DIR] [--cache DIR]
+    .venv/bin/python bench/search_floor.py [--data DIR] [--cache DIR] [--coverage]
 """
 
 from __future__ import annotations
@@ -31,17 +34,22 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_search_quality import DEFAULT_DATA, FILES, Question, load
 from search_levers import Lab, Principal, Vector, context_name, fuse_score
 from serve_embedder import build_embedder
 
+from server.domain.chunking import turn_text
 from server.domain.fusion import KEYWORD_WEIGHT, MIN_RETRIEVAL_TURNS
-from server.domain.keywords import CONTEXT_WEIGHT
+from server.domain.keywords import CONTEXT_WEIGHT, KeywordEncoder, keyword_document
 
 KEYWORD_FLOORS = [x / 2 for x in range(6, 30)]
 """Raw BM25 floors tried (3 to 14.5; own questions' best turn scored 12-13 at the 10th
 percentile, foreign queries' 6-7.5 at the median)."""
+COVERAGE_FLOORS = [0.05 * i for i in range(1, 20)]
+"""Query-term coverage floors tried with --coverage (0.05 to 0.95)."""
 SEMANTIC_FLOORS = [0.3 + 0.025 * i for i in range(14)] + [1.1]
 """Cosine floors tried (0.3 to 0.625, and 1.1: the semantic side alone never passes)."""
 
@@ -93,10 +101,32 @@ def tally(
     return Tally(found, own, empty, len(ranks) - own)
 
 
+def coverage(keywords: KeywordEncoder, p: Principal, ranks: list[list[int]]) -> Vector:
+    """Questions x turns: the share of each question's distinct terms that the turn's keyword
+    document (its date, then its text) holds; only for the turns a question ranks (0 elsewhere:
+    the floor is only ever asked about those)."""
+    documents: dict[int, set[str]] = {}
+    out = np.zeros((len(p.questions), len(p.turns)), dtype=np.float32)
+    for qi, question in enumerate(p.questions):
+        wanted = set(keywords.terms(question.text))
+        for i in ranks[qi]:
+            if i not in documents:
+                t = p.turns[i]
+                text = keyword_document(turn_text(t.question, t.answer), t.turn_time)
+                documents[i] = set(keywords.terms(text))
+            out[qi, i] = len(wanted & documents[i]) / len(wanted) if wanted else 0.0
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--cache", type=Path, help="keep the documents' vectors here between runs")
+    ap.add_argument(
+        "--coverage",
+        action="store_true",
+        help="floor the keyword side by query-term coverage instead of raw BM25",
+    )
     args = ap.parse_args(argv)
     if not all((args.data / f).is_file() for f in FILES):
         print(f"search_floor: the LoCoMo files are absent from {args.data}", file=sys.stderr)
@@ -117,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         for pi in range(len(principals))
     ]
     own = [len(p.questions) for p in base]
+    keyword_floors, label = KEYWORD_FLOORS, "K"
+    if args.coverage:
+        kw = [coverage(lab.keywords, p, ranks[pi]) for pi, p in enumerate(principals)]
+        keyword_floors, label = COVERAGE_FLOORS, "coverage"
 
     def run(k_floor: float, s_floor: float) -> list[Tally]:
         return [
@@ -125,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
 
     unfloored = run(float("-inf"), float("-inf"))
-    grid = {(k, s): run(k, s) for k in KEYWORD_FLOORS for s in SEMANTIC_FLOORS}
+    grid = {(k, s): run(k, s) for k in keyword_floors for s in SEMANTIC_FLOORS}
     print(
         f"{sum(own)} own questions, {sum(t.foreign for t in unfloored)} foreign queries; "
         f"recall@5 unfloored {sum(t.found for t in unfloored) / sum(own):.3f}"
@@ -147,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         _, k_floor, s_floor = best
         t = grid[k_floor, s_floor][held]
         print(
-            f"  {base[held].name} held out: K {k_floor:g} S {s_floor:.3f}; recall@5 "
+            f"  {base[held].name} held out: {label} {k_floor:g} S {s_floor:.3f}; recall@5 "
             f"{t.found / t.own:.3f} (unfloored {unfloored[held].found / t.own:.3f}), "
             f"foreign queries empty {t.empty / t.foreign:.3f}"
         )
