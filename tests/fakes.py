@@ -607,17 +607,7 @@ class InMemoryTurnStore:
                 ),
                 key=lambda r: r.row_id,
             )[:limit]
-        return [
-            StoredTurn(
-                row_id=r.row_id,
-                conversation_id=r.key.conversation_id,
-                turn_id=r.key.turn_id,
-                turn_time=r.turn_time,
-                text=None if r.status == INDEXED else r.text,
-                indexed=r.status == INDEXED,
-            )
-            for r in rows
-        ]
+        return [_stored(r) for r in rows]
 
     def list_conversations(
         self,
@@ -677,17 +667,7 @@ class InMemoryTurnStore:
                 ),
                 key=lambda r: (r.turn_time, r.row_id),
             )[:limit]
-        return [
-            StoredTurn(
-                row_id=r.row_id,
-                conversation_id=r.key.conversation_id,
-                turn_id=r.key.turn_id,
-                turn_time=r.turn_time,
-                text=None if r.status == INDEXED else r.text,
-                indexed=r.status == INDEXED,
-            )
-            for r in rows
-        ]
+        return [_stored(r) for r in rows]
 
     def list_tombstones(
         self, tenant_id: str, principal_id: str, offset: int, limit: int
@@ -949,3 +929,15 @@ class FakeClock:
 
     def __call__(self) -> datetime:
         return self.now
+
+
+def _stored(r: _QueuedTurn) -> StoredTurn:
+    """A queued turn as the turn lists return it (its text only while not yet indexed)."""
+    return StoredTurn(
+        row_id=r.row_id,
+        conversation_id=r.key.conversation_id,
+        turn_id=r.key.turn_id,
+        turn_time=r.turn_time,
+        text=None if r.status == INDEXED else r.text,
+        indexed=r.status == INDEXED,
+    )

@@ -59,6 +59,7 @@ def build_services(
         inspections=inspections,
     )
     tokens = PageTokens(page_token_key(settings))
+    kept = turns_kept(settings)  # one retention rule for every read that shows turns
     conversations = build_conversations(
         settings,
         parts,
@@ -74,10 +75,10 @@ def build_services(
         parts.index,
         utc_now,
         retention=timedelta(days=settings.memory.inspection_retention_days),
-        kept=turns_kept(settings),
+        kept=kept,
     )
-    exporter = Exporter(blocks, store, parts.turns, parts.index, tokens, turns_kept(settings))
-    listing = ConversationList(parts.turns, parts.index, tokens, turns_kept(settings))
+    exporter = Exporter(blocks, store, parts.turns, parts.index, tokens, kept)
+    listing = ConversationList(parts.turns, parts.index, tokens, kept)
     tool_calls = ToolCalls(blocks, conversations.search, inspections, utc_now)
     return Services(
         blocks,
