@@ -24,9 +24,11 @@ is one thing to merge.
 from __future__ import annotations
 
 import enum
+import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
+from itertools import chain
 
 from server.domain.text import lines_of
 
@@ -104,31 +106,60 @@ def _group(kind: DuplicateKind, indexes: list[int], lines: list[str]) -> Duplica
 
 
 def _near_components(keys: list[str]) -> list[list[str]]:
-    """Groups of distinct lines (by repeat key) linked by near-duplicate pairs. Candidate pairs
-    come from shared words (an inverted index), so a block of unrelated lines costs about its
-    length, not the square of its line count."""
+    """Groups of distinct lines (by repeat key) linked by near-duplicate pairs.
+
+    Candidate pairs come from prefix filtering, the standard way to join sets by similarity
+    (Bayardo et al., "Scaling up all pairs similarity search", WWW 2007): two sets with
+    Jaccard similarity t or more share at least ceil(t x size) words, so with every line's
+    words in one order (rarest in the block first) each line's first `size - ceil(t x size) + 1`
+    words must meet the other's. Lines are taken smallest first, and a smaller line under
+    t x size words cannot reach t either. Common words ("the", "and") then come last and
+    make few candidates. Measured in one process on this machine, interleaved: about the same
+    as comparing every pair sharing a word for the seeded blocks of bench/harness.py (300 to
+    1,500 characters), half the time for 4,000-character blocks (0.49-0.57 ms against
+    1.04-1.08 ms), the cost every saved rewrite of a full block pays. The pairs found are
+    exactly those an all-pairs check finds (tests/unit/test_duplicates.py compares the two on
+    random blocks).
+    """
     words = [word_set(key) for key in keys]
-    candidates: set[tuple[int, int]] = set()
-    having: dict[str, list[int]] = defaultdict(list)
-    for i, ws in enumerate(words):
-        if len(ws) < MIN_NEAR_DUPLICATE_WORDS:
-            continue
-        for word in ws:
-            for j in having[word]:
-                candidates.add((j, i))
-            having[word].append(i)
+    eligible = sorted(
+        (i for i, ws in enumerate(words) if len(ws) >= MIN_NEAR_DUPLICATE_WORDS),
+        key=lambda i: len(words[i]),
+    )
     parent = list(range(len(keys)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i, j in sorted(candidates):
-        if similarity(words[i], words[j]) >= NEAR_DUPLICATE_SIMILARITY:
-            parent[root(j)] = root(i)
+    if len(eligible) > 1:
+        frequency = Counter(chain.from_iterable(words[i] for i in eligible))
+        # One total order of the block's words, rarest first (ties by the word itself).
+        rank = {w: r for r, (w, _) in enumerate(sorted(frequency.items(), key=_rarest_first))}
+        having: dict[str, list[int]] = defaultdict(list)  # a word -> lines with it in prefix
+        for i in eligible:
+            size = len(words[i])
+            # 0.75 x a count is exact in binary; were a threshold not, the margin lets rounding
+            # only lengthen the prefix (slower), never shorten it (a pair missed).
+            prefix = size - math.ceil(NEAR_DUPLICATE_SIMILARITY * size - 1e-9) + 1
+            least = NEAR_DUPLICATE_SIMILARITY * size
+            checked: set[int] = set()
+            for word in sorted(words[i], key=rank.__getitem__)[:prefix]:
+                for j in having[word]:
+                    if j in checked or len(words[j]) < least:
+                        continue
+                    checked.add(j)
+                    if similarity(words[i], words[j]) >= NEAR_DUPLICATE_SIMILARITY:
+                        parent[_root(parent, i)] = _root(parent, j)
+                having[word].append(i)
     components: dict[int, list[str]] = defaultdict(list)
     for i, key in enumerate(keys):
-        components[root(i)].append(key)
+        components[_root(parent, i)].append(key)
     return [members for members in components.values() if len(members) > 1]
+
+
+def _rarest_first(item: tuple[str, int]) -> tuple[int, str]:
+    return item[1], item[0]
+
+
+def _root(parent: list[int], i: int) -> int:
+    """Union-find's representative of `i` (with path halving)."""
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i

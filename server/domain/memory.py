@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -293,9 +293,7 @@ class MemoryBlocks:
             if writer is Writer.MODEL and not memory.memory_enabled:
                 raise _memory_disabled()
             if identical:
-                return None, RewriteResult(
-                    old, (), (), changed=False, duplicates=duplicate_groups(old.text)
-                )
+                return None, RewriteResult(old, (), (), changed=False)
             # Lines the stored block already has were checked when they were written.
             refuse_secrets(self._secrets, new_text, known_lines=lines_of(old.text))
             now = self._clock()
@@ -320,12 +318,13 @@ class MemoryBlocks:
                 turn_id=turn.turn_id if turn is not None else "",
             )
             view = BlockView(new_text, count, self._limit, stored.etag, stored.update_time)
-            result = RewriteResult(
-                view, diff.removed, diff.added, changed=True, duplicates=duplicate_groups(new_text)
-            )
+            result = RewriteResult(view, diff.removed, diff.added, changed=True)
             return _change(memory, event, block=stored), result
 
-        return self._write(who, decide)
+        result = self._write(who, decide)
+        # Once, for the block the write settled on (a lost race decides again; a full block's
+        # near-duplicate search is the costliest step of a rewrite's own work).
+        return replace(result, duplicates=duplicate_groups(result.block.text))
 
     def delete(self, who: Identity, writer: Writer, etag: str | None = None) -> DeleteResult:
         """Remove the caller's whole block; the audit keeps only the number of lines."""

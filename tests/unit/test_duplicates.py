@@ -6,13 +6,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from server.domain import model_words as words
 from server.domain.duplicates import (
+    MIN_NEAR_DUPLICATE_WORDS,
     NEAR_DUPLICATE_SIMILARITY,
     DuplicateGroup,
     DuplicateKind,
     duplicate_groups,
+    repeat_key,
     similarity,
     word_set,
 )
@@ -135,3 +139,47 @@ def test_the_model_reads_them_after_a_saved_rewrite_and_nothing_more_without() -
     )
     assert words.saved(9, 4000, [], ["Likes tea"], ()) == words.saved(9, 4000, [], ["Likes tea"])
     assert "repeat" not in words.saved(9, 4000, [], ["Likes tea"])
+
+
+def _near_pairs_by_checking_all(text: str) -> set[frozenset[str]]:
+    """Every pair of distinct repeat keys whose word sets reach the threshold, found by
+    comparing all pairs: what the prefix filter must find, no more and no less."""
+    keys = sorted({repeat_key(line) for line in text.split("\n")} - {""})
+    sets = {key: word_set(key) for key in keys}
+    return {
+        frozenset((a, b))
+        for i, a in enumerate(keys)
+        for b in keys[i + 1 :]
+        if min(len(sets[a]), len(sets[b])) >= MIN_NEAR_DUPLICATE_WORDS
+        and similarity(sets[a], sets[b]) >= NEAR_DUPLICATE_SIMILARITY
+    }
+
+
+_WORDS = st.sampled_from(
+    ["a", "b", "c", "d", "e", "the", "and", "of", "ana", "tea", "porto", "likes", "lives", "runs"]
+)
+_LINES = st.lists(st.lists(_WORDS, min_size=1, max_size=9).map(" ".join), max_size=14)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_LINES)
+def test_the_prefix_filter_finds_exactly_the_pairs_all_pairs_find(lines: list[str]) -> None:
+    """Near-duplicate groups are the connected components of the all-pairs relation: each
+    pair that reaches the threshold lies in one group, and each group is connected by such
+    pairs (a small vocabulary with common words makes many candidate pairs)."""
+    text = "\n".join(lines)
+    pairs = _near_pairs_by_checking_all(text)
+    groups = [g for g in duplicate_groups(text) if g.kind is NEAR]
+    group_of = {repeat_key(line): n for n, g in enumerate(groups) for line in g.lines}
+    for pair in pairs:
+        a, b = sorted(pair)
+        assert a in group_of and group_of[a] == group_of.get(b)
+    for group in groups:
+        members = {repeat_key(line) for line in group.lines}
+        reached = {min(members)}
+        while True:
+            more = {m for m in members for r in reached if frozenset((m, r)) in pairs} - reached
+            if not more:
+                break
+            reached |= more
+        assert reached == members
