@@ -98,6 +98,17 @@ node_psql() {
         -U "$SUPERUSER" -d "$db" "$@"
 }
 
+# One value from a node (superuser, over the socket) on stdout.
+node_value() {
+    local node="$1" db="$2" sql="$3" cmd
+    cmd=("$PSQL" -X -q -At -h "$BASE/run" -p "$(node_port "$node")" -U "$SUPERUSER" -d "$db" -c "$sql")
+    if is_root; then
+        (cd / && runuser -u postgres -- "${cmd[@]}") 9>&- 2>/dev/null
+    else
+        (cd / && "${cmd[@]}") 9>&- 2>/dev/null
+    fi
+}
+
 export_lines() {
     printf 'export MEMORIA_TEST_CITUS_OWNER_URL=postgresql+psycopg://memoria_owner:memoria_owner@127.0.0.1:%s/%s\n' "$PORT" "$DB_NAME"
     printf 'export MEMORIA_TEST_CITUS_APP_URL=postgresql+psycopg://memoria_app:memoria_app@127.0.0.1:%s/%s\n' "$PORT" "$DB_NAME"
@@ -246,6 +257,10 @@ SELECT format('ALTER DATABASE %I OWNER TO memoria_owner', :'db') \gexec
 SELECT format('ALTER DATABASE %I SET citus.propagate_set_commands = local', :'db') \gexec
 SELECT format('GRANT CONNECT ON DATABASE %I TO memoria_app', :'db') \gexec
 SQL
+    # Once: after the workers are registered, a worker refuses DDL on the objects the
+    # coordinator distributed (the schema among them).
+    [[ $(node_value "$node" "$db" "SELECT count(*) FROM pg_extension WHERE extname = 'citus'") != 1 ]] ||
+        return 0
     node_psql "$node" "$db" <<'SQL'
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS citus;

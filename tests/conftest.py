@@ -14,6 +14,11 @@ MEMORIA_REQUIRE_POSTGRES=1 does for PostgreSQL.
 PgBouncer: the "pgbouncer" kinds run the same tests through a transaction-pooling PgBouncer in
 front of the session's database (tests/postgres_server.py: MEMORIA_TEST_PGBOUNCER_URL, else
 scripts/pgbouncer.sh); MEMORIA_REQUIRE_PGBOUNCER=1 makes a missing one a failure.
+
+Citus: the "citus" kinds run the same tests on a Citus coordinator with two workers
+(scripts/citus.sh, started once per session; MEMORIA_TEST_CITUS_OWNER_URL / _APP_URL when set),
+on a fresh database migrated as for PostgreSQL (migration 0014 distributes every table by
+tenant). MEMORIA_REQUIRE_CITUS=1 makes a missing Citus a failure.
 """
 
 from __future__ import annotations
@@ -40,7 +45,14 @@ from server.adapters.sql.engine import create_store_engine, sqlite_url
 from server.domain.ports import MemoryStore
 from tests.embedding_endpoint import EmbeddingEndpoint, embedding_endpoint
 from tests.fakes import InMemoryMemoryStore
-from tests.postgres_server import OwnPostgres, free_port, pg_urls, pgbouncer_url
+from tests.postgres_server import (
+    OwnPostgres,
+    citus_database,
+    citus_urls,
+    free_port,
+    pg_urls,
+    pgbouncer_url,
+)
 from tests.qdrant_server import QdrantEndpoint, suite_qdrant
 from tests.replication import ReplicatedPostgres, free_low_port
 
@@ -48,6 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_POSTGRES = os.environ.get("MEMORIA_REQUIRE_POSTGRES") == "1"
 REQUIRE_QDRANT = os.environ.get("MEMORIA_REQUIRE_QDRANT") == "1"
 REQUIRE_PGBOUNCER = os.environ.get("MEMORIA_REQUIRE_PGBOUNCER") == "1"
+REQUIRE_CITUS = os.environ.get("MEMORIA_REQUIRE_CITUS") == "1"
 APP_ROLE = "memoria_app"
 
 
@@ -100,6 +113,30 @@ def postgres() -> Iterator[PgDatabase]:
     """A fresh PostgreSQL database for this session, migrated, with grants for the service."""
     with _fresh_database() as database:
         yield database
+
+
+@pytest.fixture(scope="session")
+def citus() -> Iterator[PgDatabase]:
+    """A fresh database on the test Citus cluster (a coordinator and two workers), migrated
+    by the owner with grants for the service: every table distributed by tenant (0014)."""
+    name = f"memoria_test_{uuid.uuid4().hex[:12]}"
+    try:
+        owner_url, app_url = citus_urls()
+        citus_database(name)
+    except Exception as error:
+        message = f"Citus is not available: {error}"
+        if REQUIRE_CITUS:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    owner_db = make_url(owner_url).set(database=name).render_as_string(hide_password=False)
+    app_db = make_url(app_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        owner_engine = create_store_engine(owner_db, pool_size=1)
+        migrate.upgrade(owner_engine, app_role=APP_ROLE)
+        owner_engine.dispose()
+        yield PgDatabase(owner_db, app_db)
+    finally:
+        citus_database(name, drop=True)
 
 
 @dataclass(frozen=True)
@@ -244,9 +281,16 @@ STORE_KINDS = [
     # The same PostgreSQL through a transaction-pooling PgBouncer, on both write paths.
     pytest.param("pgbouncer", marks=[pytest.mark.postgres, pytest.mark.pgbouncer]),
     pytest.param("pgbouncer-plain", marks=[pytest.mark.postgres, pytest.mark.pgbouncer]),
+    # A Citus coordinator with two workers, every table distributed by tenant; both write paths,
+    # and the read cache.
+    pytest.param("citus", marks=[pytest.mark.postgres, pytest.mark.citus]),
+    pytest.param("citus-plain", marks=[pytest.mark.postgres, pytest.mark.citus]),
+    pytest.param("citus-cached", marks=[pytest.mark.postgres, pytest.mark.citus]),
 ]
 SQL_KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 PGBOUNCER = pytest.param("pgbouncer", marks=[pytest.mark.postgres, pytest.mark.pgbouncer])
+CITUS = pytest.param("citus", marks=[pytest.mark.postgres, pytest.mark.citus])
+"""The store kind on the test Citus cluster, for contract files with kinds of their own."""
 """The server kind of `api` behind a transaction-pooling PgBouncer, for the API cases that run
 there too (`@pytest.mark.parametrize("api", [*SQL_KINDS, PGBOUNCER], indirect=True)`)."""
 
@@ -262,6 +306,10 @@ def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Mem
         return InMemoryMemoryStore()
     if kind == "sqlite":
         store = _sqlite_store(tmp_path)
+    elif kind.startswith("citus"):
+        on_citus: PgDatabase = request.getfixturevalue("citus")
+        engine = create_store_engine(on_citus.app_url, pool_size=16)
+        store = SqlMemoryStore(SqlDatabase(engine), fast_writes=kind != "citus-plain")
     elif kind.startswith("pgbouncer"):
         pooled: PooledDatabase = request.getfixturevalue("pgbouncer")
         engine = create_store_engine(pooled.pooled_url, pool_size=16, pooler=True)
@@ -290,21 +338,25 @@ def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> SqlMemoryStore:
 _postgres_passed = 0
 _qdrant_passed = 0
 _pgbouncer_passed = 0
+_citus_passed = 0
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    global _postgres_passed, _qdrant_passed, _pgbouncer_passed
+    global _postgres_passed, _qdrant_passed, _pgbouncer_passed, _citus_passed
     if report.when == "call" and report.passed and "postgres" in report.keywords:
         _postgres_passed += 1
     if report.when == "call" and report.passed and "qdrant" in report.keywords:
         _qdrant_passed += 1
     if report.when == "call" and report.passed and "pgbouncer" in report.keywords:
         _pgbouncer_passed += 1
+    if report.when == "call" and report.passed and "citus" in report.keywords:
+        _citus_passed += 1
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """With MEMORIA_REQUIRE_POSTGRES=1 (MEMORIA_REQUIRE_QDRANT=1, MEMORIA_REQUIRE_PGBOUNCER=1),
-    a run in which no PostgreSQL (Qdrant server, PgBouncer) test passed fails."""
+    """With MEMORIA_REQUIRE_POSTGRES=1 (MEMORIA_REQUIRE_QDRANT=1, MEMORIA_REQUIRE_PGBOUNCER=1,
+    MEMORIA_REQUIRE_CITUS=1), a run in which no PostgreSQL (Qdrant server, PgBouncer, Citus)
+    test passed fails."""
     if exitstatus != 0 or not session.testscollected:
         return
     if REQUIRE_POSTGRES and _postgres_passed == 0:
@@ -315,6 +367,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = 1
     if REQUIRE_PGBOUNCER and _pgbouncer_passed == 0:
         print("\nFAILED: MEMORIA_REQUIRE_PGBOUNCER=1 but no PgBouncer test passed")
+        session.exitstatus = 1
+    if REQUIRE_CITUS and _citus_passed == 0:
+        print("\nFAILED: MEMORIA_REQUIRE_CITUS=1 but no Citus test passed")
         session.exitstatus = 1
 
 

@@ -59,6 +59,43 @@ def pgbouncer_url() -> str:
     raise RuntimeError(f"scripts/pgbouncer.sh printed no URL:\n{out.stdout}")
 
 
+def _citus(*args: str) -> str:
+    """Run scripts/citus.sh with `args`; its stdout."""
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "citus.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        start_new_session=True,  # a Ctrl-C of the caller does not reach the cluster
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"scripts/citus.sh {' '.join(args)} failed:\n{out.stderr[-2000:]}")
+    return out.stdout
+
+
+def citus_urls() -> tuple[str, str]:
+    """(owner URL, service-role URL) of the test Citus cluster's coordinator: from
+    MEMORIA_TEST_CITUS_OWNER_URL / _APP_URL when both are set, else from `scripts/citus.sh
+    start` (which starts a coordinator and two workers if they are not running)."""
+    owner = os.environ.get("MEMORIA_TEST_CITUS_OWNER_URL")
+    app = os.environ.get("MEMORIA_TEST_CITUS_APP_URL")
+    if owner and app:
+        return owner, app
+    urls = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in _citus("start").splitlines()
+        if line.startswith("export ")
+    )
+    return urls["MEMORIA_TEST_CITUS_OWNER_URL"], urls["MEMORIA_TEST_CITUS_APP_URL"]
+
+
+def citus_database(name: str, *, drop: bool = False) -> None:
+    """Make (or drop) a database `name` on every node of the test Citus cluster: Citus keeps
+    its catalogue per database, so a database is set up on each node (scripts/citus.sh)."""
+    _citus("dropdb" if drop else "createdb", name)
+
+
 @dataclass
 class OwnPostgres:
     """A throwaway PostgreSQL cluster of one test: scripts/pg.sh on a directory and port of

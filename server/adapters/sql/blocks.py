@@ -193,7 +193,7 @@ class SqlMemoryStore:
         if self.db.autocommit_engine is None:
             with self.transaction(tenant_id) as tx:
                 return tx.load(principal_id)
-        row = self.db.call(_READ_PRINCIPAL_PG, (tenant_id, principal_id))
+        row = self.db.call(_READ_PRINCIPAL_PG, (tenant_id, principal_id), tenant=tenant_id)
         return _principal_memory(row)
 
     def apply(self, tenant_id: str, change: Change) -> bool:
@@ -206,12 +206,16 @@ class SqlMemoryStore:
             head = (tenant_id, change.principal_id, *expected)
             try:
                 arguments = rows.as_pg_arguments(self._columns or self._load_columns())
-                return bool(self.db.call(_WRITE_PG, (*head, *arguments, self.db.origin))[0])
+                return bool(
+                    self.db.call(_WRITE_PG, (*head, *arguments, self.db.origin), tenant=head[0])[0]
+                )
             except psycopg.errors.InvalidTextRepresentation:
                 # "malformed record literal": a migration changed a table's columns while this
                 # server ran (a rolling upgrade); nothing was written. Read them again, once.
                 arguments = rows.as_pg_arguments(self._load_columns())
-                return bool(self.db.call(_WRITE_PG, (*head, *arguments, self.db.origin))[0])
+                return bool(
+                    self.db.call(_WRITE_PG, (*head, *arguments, self.db.origin), tenant=head[0])[0]
+                )
         with self.transaction(tenant_id, lock_principal=change.principal_id) as tx:
             memory = tx.load(change.principal_id)
             etag = memory.block.etag if memory.block is not None else ""

@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 import psycopg.adapt
 import psycopg.errors
+import psycopg.sql
 from psycopg.adapt import PyFormat
 from sqlalchemy import Connection, Engine, exc, text
 
@@ -108,6 +109,33 @@ _SET_TENANT_AND_LOCK_QUIETLY = text(
     "pg_advisory_xact_lock(hashtextextended(:key, 0))"
 )
 
+# Citus (docs/decisions.md, "Citus"): a transaction's settings reach the worker nodes that hold
+# the shards only as `SET LOCAL` statements, and only with citus.propagate_set_commands =
+# 'local' (measured: after set_config(..., true) the policies on the shards see no tenant and
+# every read returns nothing). So there the tenant is set with SET LOCAL, which takes no bind
+# parameter: the tenant is quoted as a literal by psycopg (`tenant_scope_sql`). The lock and
+# the announcement stay on the coordinator, where every server's listener is connected.
+_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+_LOCK_AND_ANNOUNCE = text(
+    "SELECT pg_advisory_xact_lock(hashtextextended(:key, 0)), memoria_announce(:origin, :key)"
+)
+_HAS_CITUS = "SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus')"
+
+
+def scope_to_tenant(conn: Connection, tenant_id: str, *, citus: bool) -> None:
+    """PostgreSQL: scope the rest of `conn`'s transaction to `tenant_id` (row-level security);
+    the outbox claim reads each claimed tenant's turns in turn this way."""
+    if citus:
+        conn.exec_driver_sql(tenant_scope_sql(tenant_id))
+    else:
+        conn.execute(_SET_TENANT, {"tenant": tenant_id})
+
+
+def tenant_scope_sql(tenant_id: str) -> str:
+    """`SET LOCAL app.tenant_id = '<tenant>'`, the tenant quoted as a string literal (Citus)."""
+    literal = psycopg.sql.Literal(tenant_id).as_string(None)
+    return f"SET LOCAL app.tenant_id = {literal}"
+
 
 Listener = Callable[[str, str], None]
 """Told (tenant id, principal id) after a commit."""
@@ -116,11 +144,14 @@ Listener = Callable[[str, str], None]
 class SqlTransaction:
     """One open transaction on one connection, in one tenant."""
 
-    def __init__(self, conn: Connection, tenant_id: str, postgres: bool, origin: str):
+    def __init__(
+        self, conn: Connection, tenant_id: str, postgres: bool, origin: str, citus: bool = False
+    ):
         self._conn = conn
         self._tenant = tenant_id
         self._postgres = postgres
         self._origin = origin
+        self._citus = citus
 
     @property
     def connection(self) -> Connection:
@@ -140,6 +171,9 @@ class SqlTransaction:
         the store's lock)."""
         if not self._postgres:
             return
+        if self._citus:
+            self._begin_citus(lock_principal, announce)
+            return
         if lock_principal is None:
             self._conn.execute(_SET_TENANT, {"tenant": self._tenant})
             return
@@ -150,6 +184,23 @@ class SqlTransaction:
         self._conn.execute(
             _SET_TENANT_AND_LOCK, {"tenant": self._tenant, "key": key, "origin": self._origin}
         )
+
+    def _begin_citus(self, lock_principal: str | None, announce: bool) -> None:
+        """Citus: SET LOCAL the tenant (forwarded to the workers), then lock and announce on
+        the coordinator."""
+        self.scope(self._tenant)
+        if lock_principal is None:
+            return
+        key = f"{self._tenant}{KEY_SEPARATOR}{lock_principal}"
+        if announce:
+            self._conn.execute(_LOCK_AND_ANNOUNCE, {"key": key, "origin": self._origin})
+        else:
+            self._conn.execute(_LOCK, {"key": key})
+
+    def scope(self, tenant_id: str) -> None:
+        """Scope the rest of the transaction to `tenant_id` (PostgreSQL)."""
+        if self._postgres:
+            scope_to_tenant(self._conn, tenant_id, citus=self._citus)
 
     def announce(self, principal_id: str) -> None:
         """PostgreSQL: tell other servers' read caches, if any listens, that the principal's
@@ -188,10 +239,20 @@ class SqlDatabase:
 
         self._memory_listeners: list[Listener] = []
         self._deletion_listeners: list[Listener] = []
+        self._citus: bool | None = None if self._postgres else False
 
     @property
     def postgres(self) -> bool:
         return self._postgres
+
+    @property
+    def citus(self) -> bool:
+        """Whether the database is a Citus coordinator (the citus extension is installed in it):
+        asked once, on first use, so a store built while the database is down still starts."""
+        if self._citus is None:
+            with store_errors(), self._engine.connect() as conn:
+                self._citus = bool(conn.exec_driver_sql(_HAS_CITUS).scalar_one())
+        return self._citus
 
     @property
     def engine(self) -> Engine:
@@ -254,7 +315,9 @@ class SqlDatabase:
         for listener in self._deletion_listeners:
             listener(tenant_id, principal_id)
 
-    def call(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...]:
+    def call(
+        self, sql: str, params: Sequence[Any], *, tenant: str | None = None
+    ) -> tuple[Any, ...]:
         """One autocommit statement on PostgreSQL (`%s` for each of `params`, `%%` for a literal
         `%`, as psycopg takes them); its one row.
         For the hot paths' SQL functions, which scope their own transaction to the tenant.
@@ -271,14 +334,23 @@ class SqlDatabase:
         where the prepared one does not exist: there it runs as libpq's unnamed statement
         (PQexecParams, parsed each time, still one blocking round trip).
 
+        On Citus a function that scopes itself with set_config would scope only the coordinator
+        (the shards' policies would see no tenant), so there the statement runs in a transaction
+        that `tenant` (the functions' own first argument) is SET LOCAL in first: three round
+        trips instead of one, each unnamed (a failed statement leaves nothing prepared behind).
+
         Telemetry sees each statement through `trace_calls`.
         """
         assert self._autocommit is not None
+        citus = tenant is not None and self.citus
         with store_errors(), self._span(sql):
             pooled = self._autocommit.raw_connection()
             try:
                 conn: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
-                if self._pooler:
+                if citus:
+                    assert tenant is not None
+                    row = _execute_in_tenant(conn, tenant, sql, params)
+                elif self._pooler:
                     row = _execute_unnamed(conn, sql, params)
                 else:
                     row = _execute_prepared(conn, pooled.info, sql, params)
@@ -308,7 +380,7 @@ class SqlDatabase:
             if lock_principal is not None:
                 conn.execution_options(**{WRITE_OPTION: True})
             with conn.begin():
-                tx = SqlTransaction(conn, tenant_id, self._postgres, self.origin)
+                tx = SqlTransaction(conn, tenant_id, self._postgres, self.origin, self.citus)
                 tx.begin(lock_principal, announce=announce)
                 yield tx
 
@@ -358,6 +430,27 @@ def _execute_unnamed(
     if result.status != psycopg.pq.ExecStatus.TUPLES_OK:
         raise _error(conn, result)
     return _one_row(tx, result)
+
+
+def _execute_in_tenant(
+    conn: psycopg.Connection[Any], tenant: str, sql: str, params: Sequence[Any]
+) -> tuple[Any, ...]:
+    """Citus: `sql` (unnamed) in a transaction scoped to `tenant` by SET LOCAL; the first row."""
+    pgconn = conn.pgconn
+    begin = f"BEGIN; {tenant_scope_sql(tenant)}".encode()
+    result = pgconn.exec_(begin)
+    if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+        raise _error(conn, result)
+    try:
+        row = _execute_unnamed(conn, sql, params)
+    except psycopg.Error:
+        if pgconn.status == psycopg.pq.ConnStatus.OK:
+            pgconn.exec_(b"ROLLBACK")
+        raise
+    result = pgconn.exec_(b"COMMIT")
+    if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+        raise _error(conn, result)
+    return row
 
 
 def _one_row(tx: Any, result: Any) -> tuple[Any, ...]:

@@ -27,7 +27,7 @@ from sqlalchemy import Connection, and_, case, func, literal, null, or_, select,
 from sqlalchemy.dialects import postgresql, sqlite
 
 from server.adapters.sql.cache import ExactCache
-from server.adapters.sql.database import SqlDatabase, as_utc, store_errors
+from server.adapters.sql.database import SqlDatabase, as_utc, scope_to_tenant, store_errors
 from server.adapters.sql.engine import WRITE_OPTION
 from server.adapters.sql.tables import conversation_tombstones, conversation_turns
 from server.domain.model import (
@@ -56,7 +56,6 @@ _TURN_COLUMNS = (
     _t.c.attempts,
     _t.c.status,
 )
-_SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
 _CLAIM_PG = text("SELECT turn_row_id, tenant_id FROM memoria_claim_turns(:limit, :now)")
 _DELETED_CONVERSATIONS_PG = "SELECT memoria_deleted_conversations(%s, %s)"
 _CLAIM_PURGES_PG = text(
@@ -128,19 +127,20 @@ class SqlTurnStore:
         with store_errors(), self._db.processing or nullcontext(), self._engine.connect() as conn:
             if self._postgres:
                 with conn.begin():
-                    batch = _Batch(conn, self._claim_pg(conn, limit, now, only), True)
+                    turns = self._claim_pg(conn, limit, now, only)
+                    batch = _Batch(conn, turns, True, citus=self._db.citus)
                     yield batch
                 return
             with conn.begin():
                 turns = _claim_sqlite(conn, limit, now, only)
-            batch = _Batch(conn, turns, False)
+            batch = _Batch(conn, turns, False, citus=False)
             yield batch
 
     def _claim_pg(
         self, conn: Connection, limit: int, now: datetime, only: TurnKey | None
     ) -> list[ClaimedTurn]:
         if only is not None:
-            conn.execute(_SET_TENANT, {"tenant": only.tenant_id})
+            scope_to_tenant(conn, only.tenant_id, citus=self._db.citus)
             return _rows(conn, _key_query(only).with_for_update())
         by_tenant: dict[str, list[int]] = {}
         for row_id, tenant in conn.execute(_CLAIM_PG, {"limit": limit, "now": now}):
@@ -148,14 +148,20 @@ class SqlTurnStore:
         turns: list[ClaimedTurn] = []
         for tenant, row_ids in by_tenant.items():
             # Read each turn under its own tenant's scope: row-level security still applies.
-            conn.execute(_SET_TENANT, {"tenant": tenant})
-            turns += _rows(conn, select(*_TURN_COLUMNS).where(_t.c.turn_row_id.in_(row_ids)))
+            scope_to_tenant(conn, tenant, citus=self._db.citus)
+            # The tenant predicate routes the read to the tenant's shard on Citus.
+            stmt = select(*_TURN_COLUMNS).where(
+                _t.c.tenant_id == tenant, _t.c.turn_row_id.in_(row_ids)
+            )
+            turns += _rows(conn, stmt)
         return turns
 
     def deleted_conversations(self, tenant_id: str, principal_id: str) -> frozenset[str]:
         """See `TurnStore.deleted_conversations`."""
         if self._deleted is None:
-            (names,) = self._db.call(_DELETED_CONVERSATIONS_PG, (tenant_id, principal_id))
+            (names,) = self._db.call(
+                _DELETED_CONVERSATIONS_PG, (tenant_id, principal_id), tenant=tenant_id
+            )
             return frozenset(names)
 
         def load() -> frozenset[str]:
@@ -194,7 +200,7 @@ class SqlTurnStore:
                     rows = conn.execute(_CLAIM_PURGES_PG, {"limit": limit})
                     purges = [ConversationPurge(*row) for row in rows]
                     yield purges
-                    _mark_purged(conn, purges, set_tenant=True)
+                    _mark_purged(conn, purges, set_tenant=True, citus=self._db.citus)
                 return
             with conn.begin():
                 stmt = (
@@ -207,7 +213,7 @@ class SqlTurnStore:
             yield purges
             conn.execution_options(**{WRITE_OPTION: True})
             with conn.begin():
-                _mark_purged(conn, purges, set_tenant=False)
+                _mark_purged(conn, purges, set_tenant=False, citus=False)
             for purge in purges:
                 self._db.deletions_changed(purge.tenant_id, purge.principal_id)
 
@@ -393,8 +399,11 @@ class SqlTurnStore:
 class _Batch:
     """Claimed turns and how their processing ends (see `TurnBatch`)."""
 
-    def __init__(self, conn: Connection, turns: Sequence[ClaimedTurn], postgres: bool) -> None:
+    def __init__(
+        self, conn: Connection, turns: Sequence[ClaimedTurn], postgres: bool, *, citus: bool
+    ) -> None:
         self._conn = conn
+        self._citus = citus
         self._turns = tuple(turns)
         self._postgres = postgres
 
@@ -418,11 +427,15 @@ class _Batch:
         queued with its new text)."""
         stmt = (
             update(_t)
-            .where(_t.c.turn_row_id == turn.row_id, _t.c.version == turn.version)
+            .where(
+                _t.c.tenant_id == turn.key.tenant_id,
+                _t.c.turn_row_id == turn.row_id,
+                _t.c.version == turn.version,
+            )
             .values(**values)
         )
         if self._postgres:  # inside the claim's transaction, under the turn's tenant
-            self._conn.execute(_SET_TENANT, {"tenant": turn.key.tenant_id})
+            scope_to_tenant(self._conn, turn.key.tenant_id, citus=self._citus)
             self._conn.execute(stmt)
             return
         self._conn.execution_options(**{WRITE_OPTION: True})  # BEGIN IMMEDIATE
@@ -446,10 +459,12 @@ def _stored(rows: Sequence[Any]) -> list[StoredTurn]:
     ]
 
 
-def _mark_purged(conn: Connection, purges: list[ConversationPurge], *, set_tenant: bool) -> None:
+def _mark_purged(
+    conn: Connection, purges: list[ConversationPurge], *, set_tenant: bool, citus: bool
+) -> None:
     for purge in purges:
         if set_tenant:
-            conn.execute(_SET_TENANT, {"tenant": purge.tenant_id})
+            scope_to_tenant(conn, purge.tenant_id, citus=citus)
         conn.execute(
             update(_z)
             .where(
