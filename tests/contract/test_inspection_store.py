@@ -41,6 +41,7 @@ KINDS = [
     pytest.param("postgres", marks=pytest.mark.postgres),
     pytest.param("postgres-buffered", marks=pytest.mark.postgres),
     pytest.param("pgbouncer-buffered", marks=[pytest.mark.postgres, pytest.mark.pgbouncer]),
+    pytest.param("citus-buffered", marks=[pytest.mark.postgres, pytest.mark.citus]),
 ]
 
 

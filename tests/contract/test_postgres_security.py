@@ -1,4 +1,5 @@
-"""Row-level security and grants on PostgreSQL, proven as the service role.
+"""Row-level security and grants on PostgreSQL, proven as the service role, on one server and on
+a Citus coordinator with two workers (the policies enforced on the shards).
 
 A bug in a query must still not cross tenants: these tests run deliberately unscoped SQL as
 the non-superuser service role and show that PostgreSQL itself returns only the current
@@ -15,7 +16,7 @@ from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
 from server.adapters.sql.blocks import SqlMemoryStore
-from server.adapters.sql.database import SqlDatabase
+from server.adapters.sql.database import SqlDatabase, scope_to_tenant
 from server.domain.model import AuditAction, NewAuditEvent, NewTurn, StoredBlock, TurnKey, Writer
 from tests.conftest import PgDatabase
 from tests.turn_operations import TurnOperations
@@ -24,9 +25,10 @@ pytestmark = pytest.mark.postgres
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
 
 
-@pytest.fixture
-def app_engine(postgres: PgDatabase) -> Iterator[Engine]:
-    engine = create_engine(postgres.app_url)
+@pytest.fixture(params=["postgres", pytest.param("citus", marks=pytest.mark.citus)])
+def app_engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    database: PgDatabase = request.getfixturevalue(request.param)
+    engine = create_engine(database.app_url)
     yield engine
     engine.dispose()
 
@@ -44,7 +46,11 @@ def two_tenants(app_engine: Engine, tenant: str, request: pytest.FixtureRequest)
 
 
 def scoped(conn: Connection, tenant: str) -> None:
-    conn.execute(text("SELECT set_config('app.tenant_id', :t, true)"), {"t": tenant})
+    """Scope the transaction as the store does (on Citus: SET LOCAL, forwarded to the workers)."""
+    citus = conn.exec_driver_sql(
+        "SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus')"
+    ).scalar_one()
+    scope_to_tenant(conn, tenant, citus=citus)
 
 
 def test_service_role_is_not_superuser_nor_owner(app_engine: Engine) -> None:

@@ -104,6 +104,7 @@ def _build(
         pytest.param(("sqlite", "server"), marks=pytest.mark.qdrant),
         pytest.param(("postgres", "edge"), marks=pytest.mark.postgres),
         pytest.param(("postgres", "server"), marks=[pytest.mark.postgres, pytest.mark.qdrant]),
+        pytest.param(("citus", "edge"), marks=[pytest.mark.postgres, pytest.mark.citus]),
     ],
     ids=lambda p: "-".join(p),
 )

@@ -1,5 +1,5 @@
-"""The turn queue, tombstones and erasure, on SQLite, on PostgreSQL as the service role (directly
-and through a transaction-pooling PgBouncer), and on the unit tests' in-memory fakes
+"""The turn queue, tombstones and erasure, on SQLite, on PostgreSQL as the service role (directly,
+through a transaction-pooling PgBouncer, and on Citus), and on the unit tests' in-memory fakes
 (tests/fakes.py: the turn store and its units of work), which are held to what the databases do
 here."""
 
@@ -24,7 +24,7 @@ from server.domain.model import (
     TurnKey,
     Writer,
 )
-from tests.conftest import make_store
+from tests.conftest import CITUS, make_store
 from tests.turn_operations import FakeTurnOperations, TurnOperations
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -39,6 +39,7 @@ Operations = TurnOperations | FakeTurnOperations
         "sqlite",
         pytest.param("postgres", marks=pytest.mark.postgres),
         pytest.param("pgbouncer", marks=[pytest.mark.postgres, pytest.mark.pgbouncer]),
+        CITUS,
         "fake",
     ]
 )

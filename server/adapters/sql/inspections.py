@@ -117,7 +117,10 @@ class SqlInspectionStore:
             # SQLite: any principal name takes the store's one writer lock.
             lock = None if self._postgres else "-"
             with self._db.transaction(tenant, lock_principal=lock) as tx:
-                self._insert(tx.connection, rows)
+                if self._postgres and self._db.citus:
+                    _insert_citus(tx.connection, tenant, rows)
+                else:
+                    self._insert(tx.connection, rows)
 
     def read(self, key: TurnKey) -> TurnRecords:
         """See `InspectionStore.read`."""
@@ -145,7 +148,7 @@ class SqlInspectionStore:
         """See `InspectionStore.purge` (PostgreSQL: `memoria_purge_inspections`, which may
         cross tenants; the service role cannot)."""
         if self._postgres:
-            (removed,) = self._db.call(_PURGE_PG, (before, limit))
+            (removed,) = self._db.call(_PURGE_PG, (before, limit))  # crosses tenants
             return int(removed)
         expired = (
             select(_i.c.record_id)
@@ -233,6 +236,36 @@ def _turn_is(key: TurnKey) -> tuple[Any, ...]:
         _i.c.conversation_id == key.conversation_id,
         _i.c.turn_id == key.turn_id,
     )
+
+
+_TOMBSTONED = (
+    "SELECT principal_id, conversation_id FROM conversation_tombstones "
+    "WHERE tenant_id = %s AND principal_id = ANY(%s) AND conversation_id = ANY(%s)"
+)
+
+
+def _insert_citus(conn: Connection, tenant: str, rows: list[tuple[Any, ...]]) -> None:
+    """Citus: the batch of one tenant's rows as one multi-row INSERT ... VALUES, after one read
+    of the batch's tombstones, both routed to the tenant's shard by the tenant predicate.
+
+    PostgreSQL's one statement (`_insert`) cannot run there: Citus cannot plan its NOT EXISTS,
+    correlated with rows from a function, against a distributed table, and it runs an
+    INSERT ... SELECT from a function as a COPY, which a table with row-level security refuses.
+    The check and the insert are two statements here, so a deletion committed between them
+    leaves the few records of that batch (the erasure and the conversation's deletion of a
+    later call remove them)."""
+    principals = sorted({row[1] for row in rows})
+    conversations = sorted({row[2] for row in rows})
+    gone = set(
+        (row[0], row[1])
+        for row in conn.exec_driver_sql(_TOMBSTONED, (tenant, principals, conversations))
+    )
+    kept = [row for row in rows if (row[1], row[2]) not in gone]
+    if not kept:
+        return
+    values = ", ".join(["(" + ", ".join(["%s"] * len(_COLUMNS)) + ")"] * len(kept))
+    sql = f"INSERT INTO turn_inspections ({', '.join(_COLUMNS)}) VALUES {values}"
+    conn.exec_driver_sql(sql, tuple(value for row in kept for value in row))
 
 
 def _row(key: TurnKey, record: Record) -> tuple[Any, ...]:

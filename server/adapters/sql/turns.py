@@ -58,6 +58,11 @@ _TURN_COLUMNS = (
 )
 _CLAIM_PG = text("SELECT turn_row_id, tenant_id FROM memoria_claim_turns(:limit, :now)")
 _DELETED_CONVERSATIONS_PG = "SELECT memoria_deleted_conversations(%s, %s)"
+# Citus (migration 0014): the owner's functions name the tenants with due work; the service
+# claims each tenant's rows itself (a claim by the owner and an update by the service in one
+# transaction deadlock there, on two connections to one shard).
+_DUE_TENANTS_CITUS = text("SELECT tenant_id FROM memoria_due_tenants(:limit, :now)")
+_PURGING_TENANTS_CITUS = text("SELECT tenant_id FROM memoria_purging_tenants(:limit)")
 _CLAIM_PURGES_PG = text(
     "SELECT tenant_id, principal_id, conversation_id FROM memoria_claim_purges(:limit)"
 )
@@ -142,6 +147,8 @@ class SqlTurnStore:
         if only is not None:
             scope_to_tenant(conn, only.tenant_id, citus=self._db.citus)
             return _rows(conn, _key_query(only).with_for_update())
+        if self._db.citus:
+            return self._claim_citus(conn, limit, now)
         by_tenant: dict[str, list[int]] = {}
         for row_id, tenant in conn.execute(_CLAIM_PG, {"limit": limit, "now": now}):
             by_tenant.setdefault(tenant, []).append(row_id)
@@ -155,6 +162,44 @@ class SqlTurnStore:
             )
             turns += _rows(conn, stmt)
         return turns
+
+    def _claim_citus(self, conn: Connection, limit: int, now: datetime) -> list[ClaimedTurn]:
+        """Citus: the tenants with due turns, then each one's oldest due turns claimed (FOR
+        UPDATE SKIP LOCKED, on the tenant's shard) under its own scope, until `limit`."""
+        tenants = conn.execute(_DUE_TENANTS_CITUS, {"limit": limit, "now": now}).scalars().all()
+        turns: list[ClaimedTurn] = []
+        for tenant in tenants:
+            scope_to_tenant(conn, tenant, citus=True)
+            stmt = (
+                select(*_TURN_COLUMNS)
+                .where(_t.c.tenant_id == tenant, _t.c.status == PENDING, _t.c.due_time <= now)
+                .order_by(_t.c.due_time)
+                .limit(limit - len(turns))
+                .with_for_update(skip_locked=True)
+            )
+            turns += _rows(conn, stmt)
+            if len(turns) >= limit:
+                break
+        return turns
+
+    def _claim_purges_citus(self, conn: Connection, limit: int) -> list[ConversationPurge]:
+        """Citus: the tenants with tombstones to purge, then each one's claimed under its
+        own scope, oldest first, until `limit`."""
+        tenants = conn.execute(_PURGING_TENANTS_CITUS, {"limit": limit}).scalars().all()
+        purges: list[ConversationPurge] = []
+        for tenant in tenants:
+            scope_to_tenant(conn, tenant, citus=True)
+            stmt = (
+                select(_z.c.tenant_id, _z.c.principal_id, _z.c.conversation_id)
+                .where(_z.c.tenant_id == tenant, _z.c.purge_time.is_(None))
+                .order_by(_z.c.delete_time)
+                .limit(limit - len(purges))
+                .with_for_update(skip_locked=True)
+            )
+            purges += [ConversationPurge(*row) for row in conn.execute(stmt)]
+            if len(purges) >= limit:
+                break
+        return purges
 
     def deleted_conversations(self, tenant_id: str, principal_id: str) -> frozenset[str]:
         """See `TurnStore.deleted_conversations`."""
@@ -197,8 +242,11 @@ class SqlTurnStore:
         with store_errors(), self._db.processing or nullcontext(), self._engine.connect() as conn:
             if self._postgres:
                 with conn.begin():
-                    rows = conn.execute(_CLAIM_PURGES_PG, {"limit": limit})
-                    purges = [ConversationPurge(*row) for row in rows]
+                    if self._db.citus:
+                        purges = self._claim_purges_citus(conn, limit)
+                    else:
+                        rows = conn.execute(_CLAIM_PURGES_PG, {"limit": limit})
+                        purges = [ConversationPurge(*row) for row in rows]
                     yield purges
                     _mark_purged(conn, purges, set_tenant=True, citus=self._db.citus)
                 return

@@ -20,6 +20,16 @@ A no-op on SQLite and on plain PostgreSQL. On a database with the citus extensio
   commands"); the same claim for one tenant routes to its shard and works. Their Citus bodies
   first find the tenants with due work (no lock, oldest first), then claim per tenant, each
   statement with the tenant predicate. They return what 0005 and 0008's return.
+- Citus cannot plan a LANGUAGE sql function's statement that uses the function's parameters
+  ("could not create distributed plan"): the Citus bodies are PL/pgSQL (0013's
+  `memoria_expired_principals` too, with the same query).
+- A claim ran as the owner (the definer functions of 0005) and the worker then updated the
+  claimed rows as the service, in one transaction: on Citus the two roles use two connections
+  to the shard, and the service's update waits for the owner's row locks for good (measured:
+  "canceling the transaction since it was involved in a distributed deadlock"). So on Citus the
+  owner's new `memoria_due_tenants(limit, now)` and `memoria_purging_tenants(limit)` only name
+  the tenants with due work (oldest first, no lock, nothing of any turn), and the service then
+  claims each tenant's rows itself, under that tenant's scope (server/adapters/sql/turns.py).
 - `memoria_write()` (0009) inserted the audit event as `INSERT ... SELECT (p_event).*`, which
   Citus runs as a COPY into the shard, and COPY refuses a table with row-level security: the
   Citus body inserts `VALUES ((p_event).*)`, a plain router INSERT; nothing else changes.
@@ -61,6 +71,8 @@ TABLES = (
     ("turn_inspections", "record_id"),
 )
 
+TENANT_FUNCTIONS = ("memoria_due_tenants(integer, timestamptz)", "memoria_purging_tenants(integer)")
+
 
 def has_citus(bind: sa.Connection) -> bool:
     """Whether the database has the citus extension (it is a Citus coordinator)."""
@@ -89,9 +101,13 @@ def upgrade(app_role: str | None = None) -> None:
     for body in _FUNCTIONS:
         op.execute(body.replace("{path}", path))
     op.execute("ALTER FUNCTION memoria_redact_audit_lines(text) SECURITY INVOKER")
+    for function in TENANT_FUNCTIONS:
+        op.execute(f"REVOKE ALL ON FUNCTION {function} FROM PUBLIC")
     if app_role:
         role = bind.dialect.identifier_preparer.quote(app_role)
         op.execute(f"GRANT UPDATE (removed_lines, added_lines) ON audit_events TO {role}")
+        for function in TENANT_FUNCTIONS:
+            op.execute(f"GRANT EXECUTE ON FUNCTION {function} TO {role}")
     owns_database = bind.execute(
         sa.text(
             "SELECT pg_get_userbyid(datdba) = current_user FROM pg_database "
@@ -108,6 +124,49 @@ def upgrade(app_role: str | None = None) -> None:
 # CREATE OR REPLACE keeps 0005/0008/0009's grants. The tenants with due work come first, without a
 # lock (a multi-shard read), then each tenant's rows are claimed on its shard.
 _FUNCTIONS = (
+    """
+    CREATE FUNCTION memoria_due_tenants(p_limit integer, p_now timestamptz)
+    RETURNS TABLE (tenant_id text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = {path} AS $$
+    BEGIN
+        RETURN QUERY
+            SELECT t.tenant_id::text FROM conversation_turns t
+             WHERE t.status = 'pending' AND t.due_time <= p_now
+             GROUP BY t.tenant_id ORDER BY min(t.due_time) LIMIT p_limit;
+    END
+    $$
+    """,
+    """
+    CREATE FUNCTION memoria_purging_tenants(p_limit integer)
+    RETURNS TABLE (tenant_id text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = {path} AS $$
+    BEGIN
+        RETURN QUERY
+            SELECT t.tenant_id::text FROM conversation_tombstones t
+             WHERE t.purge_time IS NULL
+             GROUP BY t.tenant_id ORDER BY min(t.delete_time) LIMIT p_limit;
+    END
+    $$
+    """,
+    """
+    CREATE OR REPLACE FUNCTION memoria_expired_principals(
+        p_latest timestamptz, p_default timestamptz, p_tenants text[],
+        p_cutoffs timestamptz[], p_limit integer)
+    RETURNS TABLE (tenant_id text, principal_id text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = {path} AS $$
+    BEGIN
+        RETURN QUERY
+            SELECT DISTINCT t.tenant_id::text, t.principal_id::text
+              FROM conversation_turns t
+              LEFT JOIN unnest(p_tenants, p_cutoffs) AS o(tenant_id, cutoff)
+                ON o.tenant_id = t.tenant_id
+             WHERE t.turn_time < p_latest
+               AND t.turn_time < CASE WHEN o.tenant_id IS NULL THEN p_default
+                                      ELSE o.cutoff END
+             LIMIT p_limit;
+    END
+    $$
+    """,
     """
     CREATE OR REPLACE FUNCTION memoria_write(
         p_tenant text, p_principal text,
