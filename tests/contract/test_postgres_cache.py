@@ -91,16 +91,25 @@ def stop_replica(replica: Replica) -> None:
     replica.store.db.dispose()
 
 
-@pytest.fixture(params=["postgres", pytest.param("pgbouncer", marks=pytest.mark.pgbouncer)])
-def replicas(
-    request: pytest.FixtureRequest, postgres: PgDatabase
-) -> Iterator[tuple[Replica, Replica]]:
-    """Two replicas; "pgbouncer": writing through the transaction pooler, listening direct."""
+@pytest.fixture(
+    params=[
+        "postgres",
+        pytest.param("pgbouncer", marks=pytest.mark.pgbouncer),
+        pytest.param("citus", marks=pytest.mark.citus),
+    ]
+)
+def replicas(request: pytest.FixtureRequest) -> Iterator[tuple[Replica, Replica]]:
+    """Two replicas; "pgbouncer": writing through the transaction pooler, listening direct;
+    "citus": on a Citus coordinator, where the writes' shards live on the workers and the
+    announcement must still come from the coordinator the listeners are connected to."""
     pooled_url = None
+    database: PgDatabase = request.getfixturevalue(
+        "citus" if request.param == "citus" else "postgres"
+    )
     if request.param == "pgbouncer":
         pooled: PooledDatabase = request.getfixturevalue("pgbouncer")
         pooled_url = pooled.pooled_url
-    made = [start_replica(postgres, pooled_url=pooled_url) for _ in range(2)]
+    made = [start_replica(database, pooled_url=pooled_url) for _ in range(2)]
     yield made[0], made[1]
     for replica in made:
         stop_replica(replica)
@@ -175,11 +184,13 @@ def test_a_rolled_back_write_announces_nothing(
 
 
 def test_losing_the_listener_turns_the_cache_off_until_it_is_back(
-    replicas: tuple[Replica, Replica], tenant: str, postgres: PgDatabase
+    replicas: tuple[Replica, Replica], tenant: str, request: pytest.FixtureRequest
 ) -> None:
     _, b = replicas
     b.cache.reset_on.clear()
-    admin = create_engine(postgres.owner_url, isolation_level="AUTOCOMMIT")
+    on_citus = request.node.callspec.params["replicas"] == "citus"
+    database: PgDatabase = request.getfixturevalue("citus" if on_citus else "postgres")
+    admin = create_engine(database.owner_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         # The listener's connection is the app role's one whose last query was LISTEN or its
         # liveness check.
@@ -194,8 +205,10 @@ def test_losing_the_listener_turns_the_cache_off_until_it_is_back(
             .scalars()
             .all()
         )
+        terminate = text("SELECT pg_terminate_backend(CAST(:p AS integer))")
         ended = [
-            conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar_one()
+            # The cast: Citus adds pg_terminate_backend(bigint) for its global process ids.
+            conn.execute(terminate, {"p": pid}).scalar_one()
             for pid in pids
         ]
     admin.dispose()

@@ -70,6 +70,7 @@ def build_engine(settings: Settings) -> Engine:
         )
     check_pooler(settings)
     _check_primary(engine)
+    _check_citus(engine)
     if store.db_pooler != "none":
         _check_statement_timeout(engine)
     return engine
@@ -87,6 +88,25 @@ def _check_primary(engine: Engine) -> None:
             "the database URL reaches a standby (read-only, in recovery), not the primary: name "
             "the primary, or every host with target_session_attrs=read-write "
             "(docs/operations.md, Failover)",
+            "database_url",
+        )
+
+
+def _check_citus(engine: Engine) -> None:
+    """On a Citus coordinator, refuse a start where `citus.propagate_set_commands` is not
+    'local' for the service role: Citus would not forward the tenant's SET LOCAL to the
+    workers, and the shards' policies would see no tenant (every read empty, every write
+    refused), a silent failure of every call (docs/operations.md, "Running on Citus")."""
+    with engine.connect() as conn:
+        setting = conn.exec_driver_sql(
+            "SELECT current_setting('citus.propagate_set_commands', true) "
+            "FROM pg_extension WHERE extname = 'citus'"
+        ).scalar()
+    if setting is not None and setting != "local":
+        raise StartupRefusal(
+            f"the database is a Citus coordinator with citus.propagate_set_commands = "
+            f"'{setting}': set it to 'local' for the service role (ALTER DATABASE ... SET "
+            "citus.propagate_set_commands = 'local'; docs/operations.md, Running on Citus)",
             "database_url",
         )
 

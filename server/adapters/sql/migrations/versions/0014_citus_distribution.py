@@ -39,7 +39,9 @@ A no-op on SQLite and on plain PostgreSQL. On a database with the citus extensio
   modified in this transaction by a different user"), and a deletion modifies the block (as
   the service) and blanks the lines (as the owner). On Citus the function runs as the caller,
   who is granted UPDATE on the two line columns only: still no UPDATE of any other column and
-  no DELETE, and the tenant policy (FORCEd) bounds it to the transaction's tenant.
+  no DELETE, and the tenant policy (FORCEd) bounds it to the transaction's tenant. Its
+  predicate was `tenant_id = current_setting(...)`, which Citus does not route (it ran on
+  every shard, found by the routing test): the body reads the setting into a variable first.
 - `citus.propagate_set_commands = 'local'` on the database when the migrating role owns it:
   without it Citus forwards no SET LOCAL to the workers, and the shards' policies would see no
   tenant. The server refuses to start on a Citus database where it is not in force
@@ -100,7 +102,6 @@ def upgrade(app_role: str | None = None) -> None:
     path = f"pg_catalog, {bind.dialect.identifier_preparer.quote(schema)}"
     for body in _FUNCTIONS:
         op.execute(body.replace("{path}", path))
-    op.execute("ALTER FUNCTION memoria_redact_audit_lines(text) SECURITY INVOKER")
     for function in TENANT_FUNCTIONS:
         op.execute(f"REVOKE ALL ON FUNCTION {function} FROM PUBLIC")
     if app_role:
@@ -124,6 +125,20 @@ def upgrade(app_role: str | None = None) -> None:
 # CREATE OR REPLACE keeps 0005/0008/0009's grants. The tenants with due work come first, without a
 # lock (a multi-shard read), then each tenant's rows are claimed on its shard.
 _FUNCTIONS = (
+    """
+    CREATE OR REPLACE FUNCTION memoria_redact_audit_lines(p_principal text) RETURNS void
+    LANGUAGE plpgsql SECURITY INVOKER SET search_path = {path} AS $$
+    DECLARE
+        v_tenant text := current_setting('app.tenant_id', true);
+    BEGIN
+        UPDATE audit_events
+           SET removed_lines = '[]'::json, added_lines = '[]'::json
+         WHERE tenant_id = v_tenant
+           AND principal_id = p_principal
+           AND (json_array_length(removed_lines) > 0 OR json_array_length(added_lines) > 0);
+    END
+    $$
+    """,
     """
     CREATE FUNCTION memoria_due_tenants(p_limit integer, p_now timestamptz)
     RETURNS TABLE (tenant_id text)
