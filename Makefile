@@ -61,6 +61,7 @@ pg-start:
 pg-stop:
 	scripts/pgbouncer.sh stop
 	scripts/pg.sh stop
+	scripts/citus.sh stop
 
 # A local Qdrant server under .qdrant/ (scripts/qdrant.sh); `eval "$(scripts/qdrant.sh start)"`
 # also sets MEMORIA_QDRANT_URL in the calling shell.

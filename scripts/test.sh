@@ -5,6 +5,8 @@
 # MEMORIA_REQUIRE_POSTGRES=1 makes a missing PostgreSQL a failure, never a skip.
 # PgBouncer (scripts/pgbouncer.sh, Debian's, installed the same way) runs in transaction pooling
 # mode in front of it for the pooler cases; MEMORIA_REQUIRE_PGBOUNCER=1 makes a missing one fail.
+# Citus (scripts/citus.sh: a coordinator and two workers on loopback, ../shared/citus installed
+# into PostgreSQL 15.20+) runs the Citus cases; MEMORIA_REQUIRE_CITUS=1 makes a missing one fail.
 # The Qdrant server tests start ../shared/qdrant/qdrant (or MEMORIA_TEST_QDRANT_BIN, or use
 # the server of MEMORIA_TEST_QDRANT_URL); MEMORIA_REQUIRE_QDRANT=1 makes a missing one a failure.
 set -euo pipefail
@@ -21,7 +23,7 @@ echo "== PostgreSQL" >&2
 pg_env=$(scripts/pg.sh start)
 eval "$pg_env"
 # Said last, whatever pytest's outcome: the server stays up so the next run starts at once.
-trap 'echo "== PostgreSQL (scripts/pg.sh) and PgBouncer (scripts/pgbouncer.sh) are left running for the next run; stop them with: make pg-stop" >&2' EXIT
+trap 'echo "== PostgreSQL (scripts/pg.sh), PgBouncer (scripts/pgbouncer.sh) and Citus (scripts/citus.sh) are left running for the next run; stop them with: make pg-stop" >&2' EXIT
 export MEMORIA_TEST_PG_OWNER_URL MEMORIA_TEST_PG_APP_URL
 export MEMORIA_REQUIRE_POSTGRES=1
 
@@ -32,6 +34,14 @@ if pgbouncer_env=$(scripts/pgbouncer.sh start); then
   export MEMORIA_TEST_PGBOUNCER_URL
 fi
 export MEMORIA_REQUIRE_PGBOUNCER=1
+
+echo "== Citus: a coordinator and two workers" >&2
+# Where it cannot be had, the Citus cases fail saying so (the run goes on).
+if citus_env=$(scripts/citus.sh start); then
+  eval "$citus_env"
+  export MEMORIA_TEST_CITUS_OWNER_URL MEMORIA_TEST_CITUS_APP_URL
+fi
+export MEMORIA_REQUIRE_CITUS=1
 export MEMORIA_REQUIRE_QDRANT=1
 
 echo "== Chromium for the browser tests" >&2
