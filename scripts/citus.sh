@@ -8,7 +8,9 @@
 #   scripts/citus.sh status   exit 0 if all three nodes run, 1 if not
 #   scripts/citus.sh createdb NAME / dropdb NAME
 #                             a database of that name on every node, set up as `memoria` is
-#                             (the tests' per-session database) / dropped from every node
+#                             (the tests' per-session database) / dropped from every node;
+#                             MEMORIA_CITUS_WORKERS=1 registers only the first worker in it
+#                             (bench/bench_citus.py: one worker against two)
 #
 # Typical use:  eval "$(scripts/citus.sh start)"
 #
@@ -56,6 +58,9 @@ PORT="${MEMORIA_CITUS_PORT:-$(default_port)}"
 readonly PORT
 readonly NODES=(c w1 w2)
 readonly DB_NAME=memoria
+WORKERS="${MEMORIA_CITUS_WORKERS:-2}"
+[[ $WORKERS == 1 || $WORKERS == 2 ]] || { echo "citus.sh: MEMORIA_CITUS_WORKERS must be 1 or 2" >&2; exit 1; }
+readonly WORKERS
 readonly SUPERUSER=postgres
 readonly READY_TIMEOUT_S=30
 readonly SYSTEM_BINDIR=/usr/lib/postgresql/15/bin
@@ -274,7 +279,7 @@ SQL
 register_workers() {
     local db="$1" pw
     pw="$(<"$BASE/superuser.password")"
-    node_psql c "$db" -v pw="$pw" -v wport1="$(node_port w1)" -v wport2="$(node_port w2)" \
+    node_psql c "$db" -v pw="$pw" -v workers="$WORKERS" -v wport1="$(node_port w1)" -v wport2="$(node_port w2)" \
             -v cport="$PORT" <<'SQL'
 SET client_min_messages = warning;
 INSERT INTO pg_dist_authinfo (nodeid, rolename, authinfo)
@@ -284,7 +289,7 @@ SELECT 0, r.name, 'password=' || r.password
  WHERE NOT EXISTS (SELECT FROM pg_dist_authinfo a WHERE a.nodeid = 0 AND a.rolename = r.name);
 SELECT citus_set_coordinator_host('127.0.0.1', :cport);
 SELECT citus_add_node('127.0.0.1', :wport1);
-SELECT citus_add_node('127.0.0.1', :wport2);
+SELECT citus_add_node('127.0.0.1', :wport2) WHERE :workers > 1;
 SQL
 }
 
