@@ -250,7 +250,9 @@ class SqlDatabase:
         """Whether the database is a Citus coordinator (the citus extension is installed in it):
         asked once, on first use, so a store built while the database is down still starts."""
         if self._citus is None:
-            with store_errors(), self._engine.connect() as conn:
+            # On the autocommit pool: a transaction asks while it holds one of the other's.
+            assert self._autocommit is not None
+            with store_errors(), self._autocommit.connect() as conn:
                 self._citus = bool(conn.exec_driver_sql(_HAS_CITUS).scalar_one())
         return self._citus
 
