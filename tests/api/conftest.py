@@ -23,7 +23,7 @@ from server.domain.ports import ChunkIndex, Embedder
 from server.runtime.app import Running, start
 from server.runtime.settings import Settings
 from server.telemetry import Telemetry
-from tests.conftest import PGBOUNCER, SQL_KINDS, PgDatabase, PooledDatabase
+from tests.conftest import CITUS, PGBOUNCER, SQL_KINDS, PgDatabase, PooledDatabase
 
 Metadata = tuple[tuple[str, str], ...]
 """Call metadata as grpc's stubs type it (a tuple of pairs; grpc itself takes any sequence)."""
@@ -80,6 +80,10 @@ def server_settings(
     if kind == "postgres":
         db: PgDatabase = request.getfixturevalue("postgres")
         database_url = db.app_url
+    if kind == "citus":
+        # A Citus coordinator with two workers, every table distributed by tenant.
+        on_citus: PgDatabase = request.getfixturevalue("citus")
+        database_url = on_citus.app_url
     if kind == "pgbouncer":
         # Through the transaction pooler, as declared; the read cache's LISTEN goes direct.
         pooled: PooledDatabase = request.getfixturevalue("pgbouncer")
@@ -95,17 +99,18 @@ def server_settings(
     )
 
 
-THROUGH_PGBOUNCER = pytest.mark.parametrize("api", [*SQL_KINDS, PGBOUNCER], indirect=True)
+ON_POOLER_AND_CITUS = pytest.mark.parametrize("api", [*SQL_KINDS, PGBOUNCER, CITUS], indirect=True)
 """Marks an API case that also runs behind the transaction-pooling PgBouncer (`api` of the
-"pgbouncer" kind). Chosen cases only: each one exercises a path the pooler could break (the
-hot paths' SQL functions, the write transactions, the audit pages, indexing and search,
-deletion and erasure) without running the whole API suite a third time."""
+"pgbouncer" kind) and on a Citus coordinator with two workers ("citus"). Chosen cases only:
+each one exercises a path the pooler or the sharding could break (the hot paths' SQL
+functions, the write transactions, the audit pages, indexing and search, deletion and
+erasure) without running the whole API suite twice more."""
 
 
 @pytest.fixture(params=SQL_KINDS)
 def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
     """A server in trusted-headers mode on loopback, on SQLite or PostgreSQL (or behind
-    PgBouncer: THROUGH_PGBOUNCER)."""
+    PgBouncer, or on Citus: ON_POOLER_AND_CITUS)."""
     with serving(server_settings(request.param, request, tmp_path)) as api:
         yield api
 

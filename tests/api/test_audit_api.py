@@ -20,7 +20,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from memoria.v1 import audit_service_pb2 as audit_pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
-from tests.api.conftest import THROUGH_PGBOUNCER, Api, Metadata, expect_error, field_violations
+from tests.api.conftest import ON_POOLER_AND_CITUS, Api, Metadata, expect_error, field_violations
 
 USER = block_pb.WRITER_USER
 MODEL = block_pb.WRITER_MODEL
@@ -81,7 +81,7 @@ def times(events: Sequence[audit_pb.AuditEvent]) -> list[datetime]:
 # --- what each change records ------------------------------------------------------------
 
 
-@THROUGH_PGBOUNCER
+@ON_POOLER_AND_CITUS
 def test_a_rewrite_appends_one_event_with_the_changed_lines(api: Api) -> None:
     md = api.who("alice")
     before = datetime.now(UTC)
@@ -233,7 +233,7 @@ def test_events_are_listed_newest_first(api: Api) -> None:
 # --- paging ------------------------------------------------------------------------------
 
 
-@THROUGH_PGBOUNCER
+@ON_POOLER_AND_CITUS
 def test_pages_cover_every_event_once_in_order(api: Api) -> None:
     md = api.who("alice")
     for i in range(7):
@@ -481,7 +481,7 @@ def test_a_principal_may_name_itself(api: Api) -> None:
     assert [e.principal_id for e in events] == ["alice"]
 
 
-@THROUGH_PGBOUNCER
+@ON_POOLER_AND_CITUS
 def test_a_tenant_admin_reads_any_principal_of_its_tenant_only(api: Api) -> None:
     other_tenant = api.tenant + "-other"
     for tenant in (api.tenant, other_tenant):

@@ -19,7 +19,7 @@ import pytest
 from memoria.v1 import audit_service_pb2 as audit_pb
 from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
-from tests.api.conftest import THROUGH_PGBOUNCER, Api, Metadata, expect_error
+from tests.api.conftest import ON_POOLER_AND_CITUS, Api, Metadata, expect_error
 
 USER = block_pb.WRITER_USER
 MODEL = block_pb.WRITER_MODEL
@@ -144,7 +144,7 @@ def test_get_and_settings_return_only_the_callers_own(world: World) -> None:
     assert len(etags) == 4
 
 
-@THROUGH_PGBOUNCER
+@ON_POOLER_AND_CITUS
 def test_render_returns_only_the_callers_own(world: World) -> None:
     for who in world.identities:
         rendered = world.render(who)
@@ -196,7 +196,7 @@ def test_a_non_admin_cannot_list_its_tenant_mates(world: World) -> None:
 # --- writes ------------------------------------------------------------------------------
 
 
-@THROUGH_PGBOUNCER
+@ON_POOLER_AND_CITUS
 def test_a_rewrite_changes_only_the_callers_block(world: World) -> None:
     for who in world.identities:
         before = world.snapshots()

@@ -19,7 +19,7 @@ from memoria.v1 import memory_block_pb2 as block_pb
 from memoria.v1 import memory_block_service_pb2 as pb
 from memoria.v1 import memory_block_service_pb2_grpc as pb_grpc
 from tests.api.conftest import (
-    THROUGH_PGBOUNCER,
+    ON_POOLER_AND_CITUS,
     Api,
     Metadata,
     error_info,
@@ -130,7 +130,7 @@ def test_first_rewrite_returns_the_saved_block_and_its_lines_as_added(me: Caller
     )
 
 
-@THROUGH_PGBOUNCER
+@ON_POOLER_AND_CITUS
 def test_second_rewrite_returns_the_line_diff_in_order(me: Caller) -> None:
     first = me.rewrite("keep 1\nold a\nkeep 2\nold b\nkeep 3")
     second = me.rewrite("keep 1\nnew a\nkeep 2\nkeep 3\nnew b")
@@ -143,7 +143,7 @@ def test_second_rewrite_returns_the_line_diff_in_order(me: Caller) -> None:
     assert me.get().etag == second.memory_block.etag
 
 
-@THROUGH_PGBOUNCER
+@ON_POOLER_AND_CITUS
 def test_render_is_the_header_a_newline_and_the_text(me: Caller) -> None:
     saved = me.rewrite("Name: Ada\nLikes tea").memory_block
 
@@ -395,7 +395,7 @@ def test_rewrite_with_the_current_etag_succeeds(me: Caller) -> None:
     assert me.get().etag == second.memory_block.etag != first.etag
 
 
-@THROUGH_PGBOUNCER
+@ON_POOLER_AND_CITUS
 def test_rewrite_with_a_stale_etag_is_aborted_and_saves_nothing(me: Caller) -> None:
     stale = me.rewrite("v1").memory_block.etag
     current = me.rewrite("v2").memory_block
@@ -459,7 +459,7 @@ def test_rewrite_without_an_etag_always_wins(me: Caller) -> None:
 # --- delete ------------------------------------------------------------------------------
 
 
-@THROUGH_PGBOUNCER
+@ON_POOLER_AND_CITUS
 def test_delete_removes_the_block(me: Caller) -> None:
     me.rewrite("line 1\nline 2\nline 3")
 
@@ -528,7 +528,7 @@ def test_memory_is_enabled_by_default(me: Caller) -> None:
     assert not settings.HasField("update_time")
 
 
-@THROUGH_PGBOUNCER
+@ON_POOLER_AND_CITUS
 def test_disabled_memory_renders_empty_and_refuses_the_model(me: Caller) -> None:
     saved = me.rewrite("Name: Ada").memory_block
     settings = me.update_settings(False)

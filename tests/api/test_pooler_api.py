@@ -1,7 +1,7 @@
 """Memoria behind a transaction-pooling PgBouncer (scripts/pgbouncer.sh): what a start refuses,
 in one line, and what it allows (docs/decisions.md, "Behind a transaction pooler").
 
-The pooled cases of the API and store suites (THROUGH_PGBOUNCER, the "pgbouncer" store kinds)
+The pooled cases of the API and store suites (ON_POOLER_AND_CITUS, the "pgbouncer" store kinds)
 show that a declared pooler works; these show that a pooler nobody declared, or a cache
 listener pointed at it, never starts quietly.
 """

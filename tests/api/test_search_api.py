@@ -34,7 +34,7 @@ from tests.api.conftest import (
     shared_embedder,
     start_server,
 )
-from tests.conftest import PGBOUNCER, SQL_KINDS
+from tests.conftest import CITUS, PGBOUNCER, SQL_KINDS
 from tests.qdrant_server import QdrantEndpoint
 
 WHEN = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
@@ -42,17 +42,17 @@ INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
 
 QDRANT_SERVER = pytest.param("qdrant", marks=[pytest.mark.postgres, pytest.mark.qdrant])
-ALSO_THROUGH_PGBOUNCER = pytest.mark.parametrize(
-    "api", [*SQL_KINDS, QDRANT_SERVER, PGBOUNCER], indirect=True
+ALSO_ON_POOLER_AND_CITUS = pytest.mark.parametrize(
+    "api", [*SQL_KINDS, QDRANT_SERVER, PGBOUNCER, CITUS], indirect=True
 )
-"""Indexing, search, deletion and erasure also behind the transaction-pooling PgBouncer
-(tests/api/conftest.py, THROUGH_PGBOUNCER)."""
+"""Indexing, search, deletion and erasure also behind the transaction-pooling PgBouncer and on
+Citus (tests/api/conftest.py, ON_POOLER_AND_CITUS)."""
 PURGE_TIMEOUT_S = 30.0
 
 
 @pytest.fixture(params=[*SQL_KINDS, QDRANT_SERVER])
 def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
-    """A server on SQLite or PostgreSQL (or PgBouncer: ALSO_THROUGH_PGBOUNCER) with the
+    """A server on SQLite or PostgreSQL (or PgBouncer, or Citus: ALSO_ON_POOLER_AND_CITUS) with the
     embedded engine, or (`qdrant`) the production pair: PostgreSQL and the suite's real Qdrant
     server, on a collection of this test's own."""
     if request.param != "qdrant":
@@ -117,7 +117,7 @@ def search(api: Api, who: Metadata, query: str, size: int = 10) -> list[pb.Searc
     return list(response.hits)
 
 
-@ALSO_THROUGH_PGBOUNCER
+@ALSO_ON_POOLER_AND_CITUS
 def test_indexed_turn_is_found_with_its_ranks_and_time(api: Api) -> None:
     ana = api.who("ana")
     done = index(api, ana, "c1", "t1", "Which airline do I fly?", "You fly with Lufthansa.")
@@ -224,7 +224,7 @@ def test_resending_a_turn_replaces_it(api: Api) -> None:
     assert [h.turn_id for h in search(api, ana, "turquoise")] == ["t"]
 
 
-@ALSO_THROUGH_PGBOUNCER
+@ALSO_ON_POOLER_AND_CITUS
 def test_background_worker_indexes_without_wait(api: Api) -> None:
     ana = api.who("ana")
     done = index(api, ana, "c", "bg", "Gate code?", "The gate code is 7 7 3 1 quokka.", wait=False)
@@ -235,7 +235,7 @@ def test_background_worker_indexes_without_wait(api: Api) -> None:
     assert search(api, ana, "quokka")[0].turn_id == "bg"
 
 
-@ALSO_THROUGH_PGBOUNCER
+@ALSO_ON_POOLER_AND_CITUS
 def test_nothing_crosses_principals_or_tenants(api: Api) -> None:
     other_tenant = f"t-{uuid.uuid4().hex[:10]}"
     callers = {
@@ -352,7 +352,7 @@ def test_deleted_conversation_is_gone_before_its_purge(
         running.stop(0)
 
 
-@ALSO_THROUGH_PGBOUNCER
+@ALSO_ON_POOLER_AND_CITUS
 def test_delete_is_audited_and_the_chunks_are_purged(api: Api) -> None:
     ana = api.who("ana")
     index(api, ana, "trip", "t1", "Hotel?", "Hotel Sacher, room 214.")
@@ -366,7 +366,7 @@ def test_delete_is_audited_and_the_chunks_are_purged(api: Api) -> None:
     wait_for_purge(api, "ana", "trip")
 
 
-@ALSO_THROUGH_PGBOUNCER
+@ALSO_ON_POOLER_AND_CITUS
 def test_erase_own_data(api: Api) -> None:
     ana = api.who("ana")
     blocks = block_grpc.MemoryBlockServiceStub(api.channel)

@@ -223,13 +223,16 @@ def test_citus_without_set_local_forwarding_is_refused_in_one_line(
 
 def test_claims_cross_tenants_and_lock_per_tenant(citus: PgDatabase, tenant: str) -> None:
     """The worker's claim finds due turns of several tenants (the owner's function names the
-    tenants) and a second claim meanwhile skips what the first holds."""
+    tenants) and a second claim meanwhile skips what the first holds; the outbox gauges count
+    every tenant's pending turns."""
     db = SqlDatabase(create_store_engine(citus.app_url, pool_size=4))
     turns = TurnOperations(db)
     other = tenant + "-b"
     try:
         for t in (tenant, other):
             turns.accept_turn(NewTurn(TurnKey(t, "ana", "c1", "t1"), f"turn of {t}", T0, T0))
+        stats = turns.outbox_stats()
+        assert stats.pending >= 2 and stats.oldest_accept_time is not None
         later = T0 + timedelta(hours=1)
         with turns.claim(1000, later) as first:
             mine = {t.key.tenant_id for t in first.turns}
