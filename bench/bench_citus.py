@@ -70,7 +70,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from server.adapters.sql import migrate
-from server.adapters.sql.database import tenant_scope_sql
+from server.adapters.sql.database import scope_to_tenant
 from server.adapters.sql.engine import create_store_engine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,7 +132,7 @@ def seed(app_url: str, tenants: int, principals: int) -> None:
                 for p in range(principals)
             ]
             with engine.begin() as conn:
-                conn.exec_driver_sql(tenant_scope_sql(tenant(t)))
+                scope_to_tenant(conn, tenant(t), citus=True)
                 conn.execute(
                     text(
                         "INSERT INTO memory_blocks (tenant_id, principal_id, text, etag, "

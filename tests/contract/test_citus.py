@@ -241,3 +241,29 @@ def test_claims_cross_tenants_and_lock_per_tenant(citus: PgDatabase, tenant: str
                 assert not {t.key.tenant_id for t in second.turns} & {tenant, other}
     finally:
         db.dispose()
+
+
+def test_a_tenant_with_quotes_backslashes_and_percents_is_scoped_as_written(
+    citus: PgDatabase, tenant: str
+) -> None:
+    """SET LOCAL takes no bind parameter: the tenant (any printable ASCII) goes in as a
+    literal, on the one-statement calls and in the transactions alike."""
+    odd = tenant + " o'brien \\' %s %(x)s"
+    db = SqlDatabase(create_store_engine(citus.app_url, pool_size=2))
+    try:
+        for store in (SqlMemoryStore(db), SqlMemoryStore(db, fast_writes=False)):
+            current = store.read(odd, "ana")
+            assert store.apply(
+                odd,
+                Change(
+                    "ana",
+                    current,
+                    NewAuditEvent("ana", AuditAction.BLOCK_REWRITTEN, Writer.USER, T0),
+                    block=StoredBlock(f"v{current.block is not None}", "e", T0),
+                ),
+            )
+        assert SqlMemoryStore(db).read(odd, "ana").block == StoredBlock("vTrue", "e", T0)
+        assert len(SqlMemoryStore(db).list_audit(odd, AuditQuery(principal_id="ana"))) == 2
+        assert SqlMemoryStore(db).read(tenant + " o", "ana").block is None
+    finally:
+        db.dispose()

@@ -126,7 +126,11 @@ def scope_to_tenant(conn: Connection, tenant_id: str, *, citus: bool) -> None:
     """PostgreSQL: scope the rest of `conn`'s transaction to `tenant_id` (row-level security);
     the outbox claim reads each claimed tenant's turns in turn this way."""
     if citus:
-        conn.exec_driver_sql(tenant_scope_sql(tenant_id))
+        # On the driver's connection (the same one, in the same transaction) with no
+        # parameters at all: SQLAlchemy would hand psycopg an empty parameter set, and psycopg
+        # would then read a `%` in the tenant as a placeholder.
+        driver: psycopg.Connection[Any] = conn.connection.driver_connection  # type: ignore[assignment]
+        driver.execute(tenant_scope_sql(tenant_id).encode())
     else:
         conn.execute(_SET_TENANT, {"tenant": tenant_id})
 
