@@ -109,12 +109,13 @@ _SET_TENANT_AND_LOCK_QUIETLY = text(
     "pg_advisory_xact_lock(hashtextextended(:key, 0))"
 )
 
-# Citus (docs/decisions.md, "Citus"): a transaction's settings reach the worker nodes that hold
-# the shards only as `SET LOCAL` statements, and only with citus.propagate_set_commands =
-# 'local' (measured: after set_config(..., true) the policies on the shards see no tenant and
-# every read returns nothing). So there the tenant is set with SET LOCAL, which takes no bind
-# parameter: the tenant is quoted as a literal by psycopg (`tenant_scope_sql`). The lock and
-# the announcement stay on the coordinator, where every server's listener is connected.
+# Citus (docs/decisions.md, "Citus, sharded by tenant"): a transaction's settings reach the
+# worker nodes that hold the shards only as `SET LOCAL` statements, and only with
+# citus.propagate_set_commands = 'local' (measured: after set_config(..., true) the policies on
+# the shards see no tenant and every read returns nothing). So there the tenant is set with SET
+# LOCAL, which takes no bind parameter: the tenant is quoted as a literal by psycopg
+# (`tenant_scope_sql`). The lock and the announcement stay on the coordinator, where every
+# server's listener is connected.
 _LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
 _LOCK_AND_ANNOUNCE = text(
     "SELECT pg_advisory_xact_lock(hashtextextended(:key, 0)), memoria_announce(:origin, :key)"

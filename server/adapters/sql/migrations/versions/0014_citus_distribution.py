@@ -2,7 +2,8 @@
 routable (issue 22 item 3, DESIGN 4).
 
 A no-op on SQLite and on plain PostgreSQL. On a database with the citus extension (detected:
-`pg_extension`, so the same `memoria migrate` serves both; docs/decisions.md, "Citus"):
+`pg_extension`, so the same `memoria migrate` serves both; docs/decisions.md, "Citus, sharded
+by tenant"):
 
 - The primary keys that did not name the tenant (audit_events, conversation_turns,
   turn_inspections: a bigint identity alone) become (tenant_id, id): Citus requires the
@@ -19,7 +20,9 @@ A no-op on SQLite and on plain PostgreSQL. On a database with the citus extensio
   Citus refuses on a distributed table ("could not run distributed query with FOR UPDATE/SHARE
   commands"); the same claim for one tenant routes to its shard and works. Their Citus bodies
   first find the tenants with due work (no lock, oldest first), then claim per tenant, each
-  statement with the tenant predicate. They return what 0005 and 0008's return.
+  statement with the tenant predicate. They return what 0005 and 0008's return. (The server's
+  own worker claims through the functions of the next point instead; these keep 0005's
+  functions working for any other caller.)
 - Citus cannot plan a LANGUAGE sql function's statement that uses the function's parameters
   ("could not create distributed plan"): the Citus bodies are PL/pgSQL (0013's
   `memoria_expired_principals` too, with the same query).
