@@ -34,7 +34,8 @@
 # stdout carries only the two `export ...` lines (the coordinator's owner and service URLs);
 # progress and errors go to stderr.
 #
-# Layout, under MEMORIA_CITUS_DIR (default: <repo root>/.citus): c/, w1/, w2/ (the clusters),
+# Layout, under MEMORIA_CITUS_DIR (default: <repo root>/.citus, or /tmp/memoria-citus-<port>
+# when the server user cannot reach it): c/, w1/, w2/ (the clusters),
 # run/ (their unix sockets, private to the server user), <node>.log, superuser.password, .lock.
 #
 # Ports: MEMORIA_CITUS_PORT for the coordinator, the workers on the next two; by default 25400
@@ -65,7 +66,19 @@ readonly SUPERUSER=postgres
 readonly READY_TIMEOUT_S=30
 readonly SYSTEM_BINDIR=/usr/lib/postgresql/15/bin
 readonly CITUS_BUILD="$REPO_ROOT/../shared/citus"
-BASE="$(realpath -m -- "${MEMORIA_CITUS_DIR:-$REPO_ROOT/.citus}")"
+# As root the nodes run as postgres, which must reach the directory; when it cannot (a checkout
+# under a private home), a directory under /tmp named by the port, as scripts/pg.sh does.
+base_dir() {
+    local dir probe
+    dir="$(realpath -m -- "${MEMORIA_CITUS_DIR:-$REPO_ROOT/.citus}")"
+    if [[ $(id -u) -eq 0 ]] && getent passwd postgres >/dev/null; then
+        probe="$dir"
+        while [[ ! -e $probe ]]; do probe="$(dirname -- "$probe")"; done
+        (cd / && runuser -u postgres -- test -x "$probe") 2>/dev/null || dir="/tmp/memoria-citus-$PORT"
+    fi
+    echo "$dir"
+}
+BASE="$(base_dir)"
 readonly BASE
 
 log() { printf 'citus.sh: %s\n' "$*" >&2; }
