@@ -24,6 +24,7 @@ from server.adapters.sql.blocks import SqlMemoryStore
 from server.adapters.sql.database import SqlDatabase, scope_to_tenant
 from server.adapters.sql.engine import create_store_engine
 from server.adapters.sql.inspections import SqlInspectionStore
+from server.adapters.sql.tables import metadata
 from server.domain.model import (
     AuditAction,
     AuditQuery,
@@ -267,3 +268,27 @@ def test_a_tenant_with_quotes_backslashes_and_percents_is_scoped_as_written(
         assert SqlMemoryStore(db).read(tenant + " o", "ana").block is None
     finally:
         db.dispose()
+
+
+def test_every_table_is_distributed_by_tenant_in_one_colocation_group(citus: PgDatabase) -> None:
+    owner = create_engine(citus.owner_url)
+    try:
+        with owner.connect() as conn:
+            tables = conn.execute(
+                text(
+                    "SELECT table_name::text, citus_table_type, distribution_column, "
+                    "colocation_id FROM citus_tables ORDER BY 1"
+                )
+            ).all()
+            local = conn.execute(
+                text(
+                    "SELECT count(*) FROM citus_tables "
+                    "WHERE table_name = 'alembic_version'::regclass"
+                )
+            ).scalar_one()
+    finally:
+        owner.dispose()
+    assert sorted(t[0] for t in tables) == sorted(metadata.tables)
+    assert {(t[1], t[2]) for t in tables} == {("distributed", "tenant_id")}
+    assert len({t[3] for t in tables}) == 1  # co-located: a tenant's shards on one node
+    assert local == 0  # the schema's revision stays the coordinator's own table
