@@ -118,7 +118,7 @@ def test_the_store_statements_explain_as_single_shard_router_plans(
     citus: PgDatabase, tenant: str
 ) -> None:
     """EXPLAIN of each statement the SQLAlchemy paths sent (the plain write path, the turns, the
-    lists, inspections, deletion and erasure): one task, on one shard."""
+    lists, inspections, deletion and erasure, the worker's claim): one task, on one shard."""
     engine = create_store_engine(citus.app_url, pool_size=2)
     sent: list[tuple[str, Any]] = []
 
@@ -130,6 +130,13 @@ def test_the_store_statements_explain_as_single_shard_router_plans(
     db = SqlDatabase(engine)
     try:
         one_call_of_each_kind(db, tenant)
+        # The worker's claim: its per-tenant claim and the update of what it indexed (the
+        # owner's look-up of the tenants with due work crosses shards by design).
+        turns = TurnOperations(db)
+        key = TurnKey(tenant, "bo", "c9", "t9")
+        turns.accept_turn(NewTurn(key, "claimed on its shard", T0, T0))
+        with turns.claim(1000, T0 + timedelta(hours=1)) as batch:
+            batch.indexed(next(t for t in batch.turns if t.key == key))
         event.remove(engine, "before_cursor_execute", record)
         tables = ("memory_", "audit_events", "conversation_", "turn_inspections")
         checked = [(s, p) for s, p in sent if any(t in s for t in tables)]
