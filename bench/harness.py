@@ -80,10 +80,10 @@ DURABILITY_SETTINGS = ("fsync", "synchronous_commit", "full_page_writes")
 
 
 def bench_pg_port() -> int:
-    """The durable cluster's port: MEMORIA_BENCH_PG_PORT, else 57432 plus a number from the
-    checkout's path (0-999), away from the tests' cluster (55432-56431) and a system one."""
+    """The durable cluster's port: MEMORIA_BENCH_PG_PORT, else 13432 plus a number from the
+    checkout's path (0-999), away from the tests' cluster (12432-13431) and a system one."""
     given = os.environ.get("MEMORIA_BENCH_PG_PORT")
-    return int(given) if given else 57432 + zlib.crc32(str(ROOT).encode()) % 1000
+    return int(given) if given else 13432 + zlib.crc32(str(ROOT).encode()) % 1000
 
 
 def bench_pg_urls() -> tuple[str, str]:

@@ -38,7 +38,7 @@
 # when the server user cannot reach it): c/, w1/, w2/ (the clusters),
 # run/ (their unix sockets, private to the server user), <node>.log, superuser.password, .lock.
 #
-# Ports: MEMORIA_CITUS_PORT for the coordinator, the workers on the next two; by default 25400
+# Ports: MEMORIA_CITUS_PORT for the coordinator, the workers on the next two; by default 20400
 # plus three times a number derived from the checkout's path (0-999), so two checkouts each get
 # their own cluster. Below 32768 on purpose: the kernel hands out 32768-60999 for outgoing
 # connections, and one of those may hold a port when a node binds it.
@@ -53,7 +53,7 @@ readonly SCRIPT_DIR REPO_ROOT
 default_port() {
     local sum
     sum=$(printf '%s' "$REPO_ROOT" | cksum | cut -d' ' -f1)
-    echo $((25400 + 3 * (sum % 1000)))
+    echo $((20400 + 3 * (sum % 1000)))
 }
 PORT="${MEMORIA_CITUS_PORT:-$(default_port)}"
 readonly PORT

@@ -26,9 +26,11 @@
 #                        the socket uses trust, so normally nobody needs it)
 #   .lock                serialises concurrent `start`/`stop` calls
 #
-# Port: MEMORIA_PG_PORT; by default 55432 plus a number derived from the checkout's path
+# Port: MEMORIA_PG_PORT; by default 12432 plus a number derived from the checkout's path
 # (0-999), so two checkouts on one machine each get their own server and a repeated run in
-# one checkout finds its server again. Away from a system cluster on 5432 either way.
+# one checkout finds its server again. Away from a system cluster on 5432 either way, and
+# below 32768 on purpose: the kernel hands out 32768-60999 to outgoing connections, one of which
+# could hold the port when the server binds it (scripts/qdrant.sh met that in CI).
 # The server listens on 127.0.0.1 only.
 set -euo pipefail
 
@@ -49,7 +51,7 @@ readonly SCRIPT_DIR REPO_ROOT
 default_port() {
     local sum
     sum=$(printf '%s' "$REPO_ROOT" | cksum | cut -d' ' -f1)
-    echo $((55432 + sum % 1000))
+    echo $((12432 + sum % 1000))
 }
 PORT="${MEMORIA_PG_PORT:-$(default_port)}"
 readonly PORT
