@@ -25,11 +25,17 @@ of each ``+turn`` case's requests/s to its plain twin's measured in the same rou
 the server share the machine's cores with whatever else runs; interleaving keeps both
 sides under the same load.
 
+With ``--pin`` the server runs on CPU 0 only and ghz on the others, so ghz's CPU per call
+(a deployment's callers run on other machines) no longer takes from the server's. One core
+also spares the server's threads the cross-core hand-offs of the GIL: a plain render at 16 in
+flight served about 1.5 times the requests pinned (bench/README.md, "Latest figures").
+
 Usage (from the repository root)::
 
     .venv/bin/python bench/bench_inspector.py                 # durable PostgreSQL, ~2.5 min
     .venv/bin/python bench/bench_inspector.py --sqlite        # the embedded default
     .venv/bin/python bench/bench_inspector.py --duration 2 --rounds 1   # quicker, noisier
+    .venv/bin/python bench/bench_inspector.py --pin           # server and ghz on separate CPUs
 
 Everything binds 127.0.0.1; the server and ghz are stopped before the script exits.
 """
@@ -131,6 +137,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per ghz run")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--sqlite", action="store_true", help="the embedded SQLite default")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the server on CPU 0, ghz on the others (the client's cost apart from the server's)",
+    )
     args = parser.parse_args(argv)
     raise_on_sigterm()
     binary = find_ghz()
@@ -142,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         server = ServerProcess(db.server_args, Path(tmp), service=BLOCKS, stop_timeout_s=10)
         try:
             server.wait_serving(120)
+            pinned = server.pin_apart() if args.pin else "not pinned: ghz shares the CPUs"
             check_answers(server.port, Population(PRINCIPALS, 0))
             for call, with_turn in CASES.values():  # warm up every path (not measured)
                 args_ = ghz_args(call, request_data(with_turn, "warm-up"), 4, 1)
@@ -174,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(machine_line())
     print(software_line(ghz_version(binary)))
     print(f"database: {description}")
-    print(f"rounds {args.rounds}, {args.duration:g} s per run, {PRINCIPALS} principals")
+    print(f"rounds {args.rounds}, {args.duration:g} s per run, {PRINCIPALS} principals; {pinned}")
     header = f"{'case':<13} {'conc':>4} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7}"
     print(f"{header} {'cpu us':>7} {'ghz us':>7} turn/plain (per round)")
     median: Callable[[Any], float] = statistics.median

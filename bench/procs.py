@@ -8,6 +8,7 @@ used. The data, databases and calls the drivers share are in harness.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import signal
@@ -260,6 +261,22 @@ class ServerProcess:
     def cpu_seconds(self) -> float:
         """User + system CPU time the server process has used so far (all its threads)."""
         return process_cpu_seconds(self.proc.pid)
+
+    def pin_apart(self) -> str:
+        """Run the server on CPU 0 only and this driver (and so every ghz it starts from now
+        on) on the other CPUs, so the client's CPU per call no longer takes from the server's
+        (in a deployment the callers run elsewhere). Every thread of the server is pinned, and
+        a thread it starts later inherits its creator's CPU. Returns what was done, for the
+        report."""
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            raise SystemExit("pinning the server and ghz apart needs at least 2 CPUs")
+        server_cpu, rest = {cpus[0]}, set(cpus[1:])
+        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(tid), server_cpu)
+        os.sched_setaffinity(0, rest)
+        return f"server pinned to CPU {cpus[0]}, ghz to CPUs {sorted(rest)}"
 
     def os_threads(self) -> int:
         """The server process's OS threads now, -1 once it is gone."""
