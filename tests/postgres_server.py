@@ -11,6 +11,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def run_script(
+    script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> str:
+    """Run scripts/<script> with `args` (in `env`, else this process's environment); its stdout.
+    In a session of its own: a Ctrl-C of the caller does not reach the servers it starts."""
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / script), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        start_new_session=True,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"scripts/{script} {' '.join(args)} failed:\n{out.stderr[-2000:]}")
+    return out.stdout
+
+
+def exports(stdout: str) -> dict[str, str]:
+    """The `export NAME=value` lines a script printed, as a mapping."""
+    return dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in stdout.splitlines()
+        if line.startswith("export ")
+    )
+
+
 def pg_urls() -> tuple[str, str]:
     """(owner URL, service-role URL): from MEMORIA_TEST_PG_OWNER_URL / _APP_URL when both are
     set, else from `scripts/pg.sh start` (which starts the server if it is not running)."""
@@ -18,21 +46,7 @@ def pg_urls() -> tuple[str, str]:
     app = os.environ.get("MEMORIA_TEST_PG_APP_URL")
     if owner and app:
         return owner, app
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "pg.sh"), "start"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        start_new_session=True,  # a Ctrl-C of the caller does not reach the server
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"scripts/pg.sh start failed:\n{out.stderr[-2000:]}")
-    urls = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in out.stdout.splitlines()
-        if line.startswith("export ")
-    )
+    urls = exports(run_script("pg.sh", "start"))
     return urls["MEMORIA_TEST_PG_OWNER_URL"], urls["MEMORIA_TEST_PG_APP_URL"]
 
 
@@ -43,35 +57,11 @@ def pgbouncer_url() -> str:
     url = os.environ.get("MEMORIA_TEST_PGBOUNCER_URL")
     if url:
         return url
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "pgbouncer.sh"), "start"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        start_new_session=True,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"scripts/pgbouncer.sh start failed:\n{out.stderr[-2000:]}")
-    for line in out.stdout.splitlines():
-        if line.startswith("export MEMORIA_TEST_PGBOUNCER_URL="):
-            return line.split("=", 1)[1]
-    raise RuntimeError(f"scripts/pgbouncer.sh printed no URL:\n{out.stdout}")
-
-
-def _citus(*args: str) -> str:
-    """Run scripts/citus.sh with `args`; its stdout."""
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "citus.sh"), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        start_new_session=True,  # a Ctrl-C of the caller does not reach the cluster
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"scripts/citus.sh {' '.join(args)} failed:\n{out.stderr[-2000:]}")
-    return out.stdout
+    stdout = run_script("pgbouncer.sh", "start")
+    url = exports(stdout).get("MEMORIA_TEST_PGBOUNCER_URL")
+    if url is None:
+        raise RuntimeError(f"scripts/pgbouncer.sh printed no URL:\n{stdout}")
+    return url
 
 
 def citus_urls() -> tuple[str, str]:
@@ -82,18 +72,14 @@ def citus_urls() -> tuple[str, str]:
     app = os.environ.get("MEMORIA_TEST_CITUS_APP_URL")
     if owner and app:
         return owner, app
-    urls = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in _citus("start").splitlines()
-        if line.startswith("export ")
-    )
+    urls = exports(run_script("citus.sh", "start"))
     return urls["MEMORIA_TEST_CITUS_OWNER_URL"], urls["MEMORIA_TEST_CITUS_APP_URL"]
 
 
 def citus_database(name: str, *, drop: bool = False) -> None:
     """Make (or drop) a database `name` on every node of the test Citus cluster: Citus keeps
     its catalogue per database, so a database is set up on each node (scripts/citus.sh)."""
-    _citus("dropdb" if drop else "createdb", name)
+    run_script("citus.sh", "dropdb" if drop else "createdb", name)
 
 
 @dataclass
@@ -114,25 +100,10 @@ class OwnPostgres:
         env |= {"MEMORIA_PG_DIR": str(self.directory), "MEMORIA_PG_PORT": str(self.port)}
         if self.durable:
             env["MEMORIA_PG_DURABLE"] = "1"
-        done = subprocess.run(
-            ["bash", str(ROOT / "scripts" / "pg.sh"), command],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-            start_new_session=True,  # a Ctrl-C of pytest does not reach the cluster
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"pg.sh {command} failed:\n{done.stderr[-2000:]}")
-        return done.stdout
+        return run_script("pg.sh", command, env=env, timeout=120)
 
     def start(self) -> None:
-        urls = dict(
-            line.removeprefix("export ").split("=", 1)
-            for line in self.pg("start").splitlines()
-            if line.startswith("export ")
-        )
+        urls = exports(self.pg("start"))
         self.owner_url = urls["MEMORIA_TEST_PG_OWNER_URL"]
         self.app_url = urls["MEMORIA_TEST_PG_APP_URL"]
 
