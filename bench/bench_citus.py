@@ -144,6 +144,18 @@ def seed(app_url: str, tenants: int, principals: int) -> None:
         engine.dispose()
 
 
+def versions(app_url: str) -> str:
+    """The coordinator's PostgreSQL and Citus versions, as the report states them."""
+    engine = create_engine(app_url)
+    try:
+        with engine.connect() as conn:
+            server = conn.execute(text("SHOW server_version")).scalar_one()
+            citus_ = conn.execute(text("SELECT citus_version()")).scalar_one()
+    finally:
+        engine.dispose()
+    return f"versions: PostgreSQL {server}; {citus_}"
+
+
 def placement(app_url: str, tenants: int) -> str:
     """Where each tenant's shards are (two-worker database, as the owner): one node per
     tenant, and how many tenants each node holds."""
@@ -234,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for workers in (1, 2):
                 url = stack.enter_context(citus_database(workers, args.tenants, args.principals))
                 if workers == 2:
+                    facts.append(versions(url))
                     facts.append(placement(url, args.tenants))
                 workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
                 server = ServerProcess(
@@ -272,8 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(machine_line())
     print(software_line(f"ghz {ghz_version(ghz)}"))
     print(
-        "cluster: scripts/citus.sh, Citus 13.2.2 on PostgreSQL 15.20, a coordinator and two "
-        "workers on this machine (fsync off); one database registers one worker, the other both"
+        "cluster: scripts/citus.sh, a coordinator and two workers on this machine (fsync off); "
+        "one database registers one worker, the other both"
     )
     print(
         f"load: ghz, one HTTP/2 connection, {args.concurrency} in flight, {args.duration}s per "
