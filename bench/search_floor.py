@@ -3,66 +3,102 @@
 The question: can a search answer "nothing matched" honestly? Today every search returns its
 best turns, however unrelated: scores are min-max normalized per search, so the best of a set
 of unrelated turns scores 1. A floor keeps a turn only when it shares something real with the
-query: its keyword side's raw score (BM25 as the engine scores it: the sum over the query's
-terms of Qdrant's IDF times the turn's BM25 term weight) reaches K, or its semantic side's
-raw score (MAX_SIM cosine) reaches S. Both are absolute, so one floor applies to every search.
+query, by a measure that does not depend on the other hits of the same search.
 
-Measured here with the service's own representations and fusion (search_levers.py's `Lab`:
+Measured with the service's own representations and fusion (search_levers.py's `Lab`:
 keyword representation 3, context 0.5; the text alone on the semantic side; min-max over 50
-turns a side, keyword weight 0.8): for each development file's principal, its own questions
-(recall@5 with the floor, which must not fall) and every other file's questions as foreign
-queries (a foreign query should come back empty: its answers are another person's). K and S
-are chosen by leave-one-conversation-out: on three files, the pair that empties the most
-foreign queries while their recall@5 stays at least the unfloored one; scored on the fourth;
-the held-out figures pooled.
+turns a side, keyword weight 0.8). The floor is applied to the whole fused list before the
+page is cut (as a service would: a turn dropped makes room for the next), and recall@5 is
+read from what is left. For each development file's principal: its own questions (recall@5
+with the floor, which must not fall) and every other file's questions as foreign queries (a
+foreign query should come back empty: its answers are another person's).
 
-What it does not settle (why the floor is not in the service yet): the keyword side's IDF is
-the collection's, every tenant's chunks together, so its raw scores grow with the collection
-(ln of the chunk count) and a fixed K means less as a deployment grows; and the semantic floor
-belongs to one model (a store records its model, so the floor could too). `--coverage` tries a
-keyword measure that does not depend on the collection instead of K: the share of the query's
-distinct terms (the service's own KeywordEncoder terms) that the turn's keyword document holds,
-which the service could compute from a hit's text.
+The keyword measures (each with the semantic side's raw MAX_SIM cosine):
 
-    .venv/bin/python bench/search_floor.py [--data DIR] [--cache DIR] [--coverage]
+- `raw`: the keyword side's raw score, BM25 as the engine scores it (the sum over the query's
+  terms of Qdrant's IDF times the turn's BM25 term weight). Its IDF is the collection's, every
+  tenant's chunks together, so its scale grows with the collection (ln of the chunk count) and a
+  fixed floor loosens as a deployment grows.
+- `coverage`: the share of the query's distinct terms (the service's KeywordEncoder terms) that
+  the turn's own keyword document (its date, then its text) holds. Needs nothing but the hit's
+  text: the service could compute it; it does not move as the collection grows.
+- `idf-share`: the raw score over the query's own maximum, (k1 + 1) times the sum of its
+  distinct terms' collection IDF: the share of the query's IDF mass the turn holds. Scale-free,
+  but the service cannot compute it from what the engine returns (Qdrant exposes no IDF; the
+  IDF of a term the caller never wrote is read from other tenants' chunks).
+- `scoped-share`: the same with the IDF of a term none of the caller's chunks hold taken as a
+  term no chunk holds (n = 0): what the caller's own index could tell.
+- `caller-share`: the IDF-weighted share of the query's terms that the turn's keyword vector
+  (with its context) holds, IDF over the caller's own turns.
+
+Two forms of the rule, floors K (keyword measure) and S (cosine):
+- `floor`: a turn is kept when its measure reaches K or its cosine reaches S;
+- `gate`: a search answers only when one of its turns reaches K or S (a strong match), and then
+  keeps the turns that share a keyword term with the query (the keyword side listed them) or
+  reach S; otherwise it answers nothing. Every turn returned shares a term or a meaning.
+
+The floors are chosen by leave-one-conversation-out: on three files, the pair that empties the
+most foreign queries while their recall@5 does not fall, either pooled over the three
+(`pooled`) or on each of them (`per-file`); scored on the fourth; the held-out figures pooled.
+Each rule is run on its grid and on one twice as fine: a rule whose held-out recall moves with
+the grid's step is on an edge, not a plateau.
+
+    .venv/bin/python bench/search_floor.py [--data DIR] [--cache DIR]
+    .venv/bin/python bench/search_floor.py --measure coverage idf-share --form gate
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_search_quality import DEFAULT_DATA, FILES, Question, load
-from search_levers import Lab, Principal, Vector, context_name, fuse_score
+from search_levers import Lab, Principal, Vector, _normalized, context_name, ranked
 from serve_embedder import build_embedder
 
 from server.domain.chunking import turn_text
 from server.domain.fusion import KEYWORD_WEIGHT, MIN_RETRIEVAL_TURNS
-from server.domain.keywords import CONTEXT_WEIGHT, KeywordEncoder, keyword_document
+from server.domain.keywords import BM25_K1, CONTEXT_WEIGHT, keyword_document
 
-KEYWORD_FLOORS = [x / 2 for x in range(6, 30)]
-"""Raw BM25 floors tried (3 to 14.5; own questions' best turn scored 12-13 at the 10th
-percentile, foreign queries' 6-7.5 at the median)."""
-COVERAGE_FLOORS = [0.05 * i for i in range(1, 20)]
-"""Query-term coverage floors tried with --coverage (0.05 to 0.95)."""
-SEMANTIC_FLOORS = [0.3 + 0.025 * i for i in range(14)] + [1.1]
-"""Cosine floors tried (0.3 to 0.625, and 1.1: the semantic side alone never passes)."""
+Floats = npt.NDArray[np.float64]
+Flags = npt.NDArray[np.bool_]
+Tallies = npt.NDArray[np.int64]  # principal x keyword floor x semantic floor x (found, own,
+# empty, foreign)
+
+MEASURES = ("raw", "coverage", "idf-share", "scoped-share", "caller-share")
+FORMS = ("floor", "gate")
+SELECTIONS = ("pooled", "per-file")
+KEYWORD_GRIDS = {
+    "raw": (0.5, 15.0),
+    "coverage": (0.05, 1.0),
+    "idf-share": (0.02, 1.0),
+    "scoped-share": (0.02, 1.0),
+    "caller-share": (0.025, 1.0),
+}
+"""Each measure's floors tried: (step, end), from 0 (every turn passes) up to the end."""
+SEMANTIC_GRID = (0.025, 0.3, 0.65)
+"""Cosine floors tried: (step, start, end), plus 1.1 (the semantic side alone never passes)."""
 
 
 @dataclass(frozen=True)
-class Tally:
-    """One principal under one floor: own questions with an answer in the top 5, of how
-    many; foreign queries that came back empty, of how many."""
+class Candidates:
+    """One question's fused list, best first: whether each turn answers it, whether the keyword
+    side listed it (it shares a term), its cosine, and each keyword measure."""
 
-    found: int
-    own: int
-    empty: int
-    foreign: int
+    own: bool
+    relevant: Flags
+    listed: Flags
+    cosine: Floats
+    measures: dict[str, Floats]
 
 
 def with_foreign(principals: list[Principal]) -> list[Principal]:
@@ -80,53 +116,158 @@ def with_foreign(principals: list[Principal]) -> list[Principal]:
     return extended
 
 
-def tally(
-    p: Principal,
-    own: int,
-    kw: Vector,
-    sem: Vector,
-    ranks: list[list[int]],
-    k_floor: float,
-    s_floor: float,
-) -> Tally:
-    """Recall@5 of the own questions and the empty share of the foreign ones, with the floor."""
-    found = empty = 0
-    for qi, order in enumerate(ranks):
-        kept = [i for i in order if kw[qi][i] >= k_floor or sem[qi][i] >= s_floor]
-        if qi < own:
-            turns = {(p.turns[i].conversation_id, p.turns[i].turn_id) for i in kept[:5]}
-            found += bool(turns & p.questions[qi].relevant)
-        else:
-            empty += not kept
-    return Tally(found, own, empty, len(ranks) - own)
+def fused_order(kw: Vector, sem: Vector) -> list[int]:
+    """The service's fusion (min-max over each side's top MIN_RETRIEVAL_TURNS, keyword weight
+    KEYWORD_WEIGHT), the whole fused list rather than a page: the floor is applied first."""
+    total: dict[int, float] = defaultdict(float)
+    keyword = [i for i in ranked(kw, MIN_RETRIEVAL_TURNS) if kw[i] > 0]
+    for i, v in _normalized(kw, keyword, "minmax").items():
+        total[i] += KEYWORD_WEIGHT * v
+    for i, v in _normalized(sem, ranked(sem, MIN_RETRIEVAL_TURNS), "minmax").items():
+        total[i] += (1 - KEYWORD_WEIGHT) * v
+    return sorted(total, key=lambda i: -total[i])
 
 
-def coverage(keywords: KeywordEncoder, p: Principal, ranks: list[list[int]]) -> Vector:
-    """Questions x turns: the share of each question's distinct terms that the turn's keyword
-    document (its date, then its text) holds; only for the turns a question ranks (0 elsewhere:
-    the floor is only ever asked about those)."""
-    documents: dict[int, set[str]] = {}
-    out = np.zeros((len(p.questions), len(p.turns)), dtype=np.float32)
-    for qi, question in enumerate(p.questions):
-        wanted = set(keywords.terms(question.text))
-        for i in ranks[qi]:
-            if i not in documents:
-                t = p.turns[i]
-                text = keyword_document(turn_text(t.question, t.answer), t.turn_time)
-                documents[i] = set(keywords.terms(text))
-            out[qi, i] = len(wanted & documents[i]) / len(wanted) if wanted else 0.0
+def idf(holding: int, chunks: int) -> float:
+    """Qdrant's IDF of a term `holding` of `chunks` chunks hold."""
+    return math.log(1 + (chunks - holding + 0.5) / (holding + 0.5))
+
+
+def candidates(principals: list[Principal], lab: Lab) -> list[list[Candidates]]:
+    """Every question's fused list with what the rules read, per principal."""
+    variant = context_name(1, 1, CONTEXT_WEIGHT)
+    kw = lab.keyword_scores(variant, "collection")
+    sem = lab.dense_scores("own")
+    vectors = [[set(d) for d in docs] for docs in lab.keyword_documents(variant)]
+    chunks = sum(len(v) for v in vectors)
+    collection: dict[int, int] = defaultdict(int)
+    for docs in vectors:
+        for d in docs:
+            for term in d:
+                collection[term] += 1
+    out = []
+    for pi, p in enumerate(principals):
+        own_documents = [
+            set(
+                lab.keywords.encode_query(
+                    keyword_document(turn_text(t.question, t.answer), t.turn_time)
+                ).indices
+            )
+            for t in p.turns
+        ]
+        caller: dict[int, int] = defaultdict(int)
+        for d in vectors[pi]:
+            for term in d:
+                caller[term] += 1
+        rows = []
+        for qi, q in enumerate(p.questions):
+            terms = lab.keywords.encode_query(q.text).indices
+            order = fused_order(kw[pi][qi], sem[pi][qi])
+            everyone = {t: idf(collection.get(t, 0), chunks) for t in terms}
+            scoped = {t: everyone[t] if caller.get(t) else idf(0, chunks) for t in terms}
+            own_idf = {t: idf(caller.get(t, 0), len(p.turns)) for t in terms}
+            ceiling = (BM25_K1 + 1) * sum(everyone.values()) or 1.0
+            scoped_ceiling = (BM25_K1 + 1) * sum(scoped.values()) or 1.0
+            own_mass = sum(own_idf.values()) or 1.0
+            raw = np.array([kw[pi][qi][i] for i in order], dtype=np.float64)
+            rows.append(
+                Candidates(
+                    own=q.category != "foreign",
+                    relevant=np.array(
+                        [
+                            (p.turns[i].conversation_id, p.turns[i].turn_id) in q.relevant
+                            for i in order
+                        ],
+                        dtype=bool,
+                    ),
+                    listed=raw > 0,
+                    cosine=np.array([sem[pi][qi][i] for i in order], dtype=np.float64),
+                    measures={
+                        "raw": raw,
+                        "coverage": np.array(
+                            [
+                                sum(t in own_documents[i] for t in terms) / max(len(terms), 1)
+                                for i in order
+                            ]
+                        ),
+                        "idf-share": raw / ceiling,
+                        "scoped-share": raw / scoped_ceiling,
+                        "caller-share": np.array(
+                            [
+                                sum(own_idf[t] for t in terms if t in vectors[pi][i]) / own_mass
+                                for i in order
+                            ]
+                        ),
+                    },
+                )
+            )
+        out.append(rows)
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def tally(
+    table: list[list[Candidates]], measure: str, floors: Floats, cosines: Floats, form: str
+) -> Tallies:
+    """For every pair of floors at once: per principal, own questions with an answer in the top 5
+    of what is kept, own questions, foreign queries with nothing kept, foreign queries."""
+    out = np.zeros((len(table), len(floors), len(cosines), 4), dtype=np.int64)
+    for pi, rows in enumerate(table):
+        for c in rows:
+            semantic: Flags = c.cosine[:, None, None] >= cosines[None, None, :]
+            strong: Flags = (c.measures[measure][:, None, None] >= floors[None, :, None]) | semantic
+            if form == "gate":
+                answers = np.asarray(strong.any(axis=0, keepdims=True), dtype=bool)
+                kept = (c.listed[:, None, None] | semantic) & answers
+            else:
+                kept = strong
+            kept = np.broadcast_to(kept, (len(c.relevant), len(floors), len(cosines)))
+            if c.own:
+                top5 = kept & (np.cumsum(kept, axis=0) <= 5) & c.relevant[:, None, None]
+                out[pi, :, :, 0] += top5.any(axis=0)
+                out[pi, :, :, 1] += 1
+            else:
+                out[pi, :, :, 2] += ~kept.any(axis=0)
+                out[pi, :, :, 3] += 1
+    return out
+
+
+def choose(
+    tallies: Tallies, unfloored: Tallies, selection: str
+) -> tuple[list[tuple[int, int]], Tallies]:
+    """Leave-one-out: per held-out file, the floors that empty the most foreign queries of the
+    other three without recall@5 falling there (pooled, or on each file); the held-out tallies
+    under those floors, pooled. Ties go to the lowest floors (the grid's order)."""
+    chosen = []
+    pooled = np.zeros(4, dtype=np.int64)
+    for held in range(len(tallies)):
+        others = [pi for pi in range(len(tallies)) if pi != held]
+        found = tallies[others, :, :, 0]
+        if selection == "pooled":
+            allowed = found.sum(axis=0) >= unfloored[others, 0].sum()
+        else:
+            allowed = (found >= unfloored[others, 0][:, None, None]).all(axis=0)
+        rate = tallies[others, :, :, 2].sum(axis=0) / tallies[others, :, :, 3].sum(axis=0)
+        k, s = np.unravel_index(np.argmax(np.where(allowed, rate, -1.0)), rate.shape)
+        chosen.append((int(k), int(s)))
+        pooled += tallies[held, k, s]
+    return chosen, pooled
+
+
+def grids(measure: str, fine: int) -> tuple[Floats, Floats]:
+    """A measure's keyword floors and the cosine floors, at the grid's step / `fine`."""
+    step, end = KEYWORD_GRIDS[measure]
+    keyword = np.arange(0.0, end, step / fine)
+    s_step, start, stop = SEMANTIC_GRID
+    semantic = np.append(np.arange(start, stop, s_step / fine), 1.1)
+    return keyword, semantic
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--cache", type=Path, help="keep the documents' vectors here between runs")
-    ap.add_argument(
-        "--coverage",
-        action="store_true",
-        help="floor the keyword side by query-term coverage instead of raw BM25",
-    )
+    ap.add_argument("--measure", nargs="+", choices=MEASURES, default=list(MEASURES))
+    ap.add_argument("--form", nargs="+", choices=FORMS, default=list(FORMS))
     args = ap.parse_args(argv)
     if not all((args.data / f).is_file() for f in FILES):
         print(f"search_floor: the LoCoMo files are absent from {args.data}", file=sys.stderr)
@@ -136,65 +277,34 @@ def main(argv: list[str] | None = None) -> int:
         turns, questions = load(args.data / name, f"locomo-{Path(name).stem}")
         base.append(Principal(name, turns, questions))
     principals = with_foreign(base)
-    lab = Lab(principals, build_embedder("minilm", 2), args.cache, "dense")
-    kw = lab.keyword_scores(context_name(1, 1, CONTEXT_WEIGHT), "collection")
-    sem = lab.dense_scores("own")
-    ranks = [
-        [
-            fuse_score(k, s, "minmax", MIN_RETRIEVAL_TURNS, KEYWORD_WEIGHT)
-            for k, s in zip(kw[pi], sem[pi], strict=True)
-        ]
-        for pi in range(len(principals))
-    ]
-    own = [len(p.questions) for p in base]
-    keyword_floors, label = KEYWORD_FLOORS, "K"
-    if args.coverage:
-        kw = [coverage(lab.keywords, p, ranks[pi]) for pi, p in enumerate(principals)]
-        keyword_floors, label = COVERAGE_FLOORS, "coverage"
-
-    def run(k_floor: float, s_floor: float) -> list[Tally]:
-        return [
-            tally(p, own[pi], kw[pi], sem[pi], ranks[pi], k_floor, s_floor)
-            for pi, p in enumerate(principals)
-        ]
-
-    unfloored = run(float("-inf"), float("-inf"))
-    grid = {(k, s): run(k, s) for k in keyword_floors for s in SEMANTIC_FLOORS}
-    print(
-        f"{sum(own)} own questions, {sum(t.foreign for t in unfloored)} foreign queries; "
-        f"recall@5 unfloored {sum(t.found for t in unfloored) / sum(own):.3f}"
+    table = candidates(
+        principals, Lab(principals, build_embedder("minilm", 2), args.cache, "dense")
     )
-    pooled = Tally(0, 0, 0, 0)
-    for held in range(len(base)):
-        others = [pi for pi in range(len(base)) if pi != held]
-        need = sum(unfloored[pi].found for pi in others)
-        best: tuple[float, float, float] | None = None
-        for (k_floor, s_floor), tallies in grid.items():
-            if sum(tallies[pi].found for pi in others) < need:
-                continue
-            rate = sum(tallies[pi].empty for pi in others) / sum(
-                tallies[pi].foreign for pi in others
-            )
-            if best is None or rate > best[0]:
-                best = (rate, k_floor, s_floor)
-        assert best is not None  # the lowest floors keep every turn
-        _, k_floor, s_floor = best
-        t = grid[k_floor, s_floor][held]
-        print(
-            f"  {base[held].name} held out: {label} {k_floor:g} S {s_floor:.3f}; recall@5 "
-            f"{t.found / t.own:.3f} (unfloored {unfloored[held].found / t.own:.3f}), "
-            f"foreign queries empty {t.empty / t.foreign:.3f}"
-        )
-        pooled = Tally(
-            pooled.found + t.found,
-            pooled.own + t.own,
-            pooled.empty + t.empty,
-            pooled.foreign + t.foreign,
-        )
+    nothing = np.array([-np.inf])
+    unfloored = tally(table, "raw", nothing, nothing, "floor")[:, 0, 0]
     print(
-        f"  pooled: recall@5 {pooled.found / pooled.own:.3f}, "
-        f"foreign queries empty {pooled.empty / pooled.foreign:.3f}"
+        f"{unfloored[:, 1].sum()} own questions, {unfloored[:, 3].sum()} foreign queries; "
+        f"recall@5 unfloored {unfloored[:, 0].sum() / unfloored[:, 1].sum():.3f} "
+        f"({unfloored[:, 0].sum()}), foreign queries empty "
+        f"{unfloored[:, 2].sum() / unfloored[:, 3].sum():.3f}"
     )
+    print(
+        "held-out figures pooled (floors K/S chosen on the other three files, per held-out file):"
+    )
+    for measure in args.measure:
+        for form in args.form:
+            for fine in (1, 2):
+                keyword, semantic = grids(measure, fine)
+                tallies = tally(table, measure, keyword, semantic, form)
+                for selection in SELECTIONS:
+                    chosen, pooled = choose(tallies, unfloored, selection)
+                    floors = " ".join(f"{keyword[k]:g}/{semantic[s]:.3f}" for k, s in chosen)
+                    print(
+                        f"  {measure:<12} {form:<5} {selection:<8} step/{fine}: recall@5 "
+                        f"{pooled[0] / pooled[1]:.3f} ({pooled[0]}), foreign queries empty "
+                        f"{pooled[2] / pooled[3]:.3f}; K/S {floors}",
+                        flush=True,
+                    )
     return 0
 
 
