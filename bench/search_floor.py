@@ -13,8 +13,10 @@ read from what is left. For each development file's principal: its own questions
 with the floor, which must not fall) and every other file's questions as foreign queries (a
 foreign query should come back empty: its answers are another person's).
 
-The keyword measures (each with the semantic side's raw MAX_SIM cosine):
+The keyword measures (each beside the semantic side's raw score, its MAX_SIM cosine):
 
+- `none`: no keyword measure: the cosine alone decides (issue 24's "a semantic score above a
+  floor"), a turn the keyword side listed passing only in the gate's second step.
 - `raw`: the keyword side's raw score, BM25 as the engine scores it (the sum over the query's
   terms of Qdrant's IDF times the turn's BM25 term weight). Its IDF is the collection's, every
   tenant's chunks together, so its scale grows with the collection (ln of the chunk count) and a
@@ -62,22 +64,25 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_search_quality import DEFAULT_DATA, FILES, Question, load
+from search_corpus import CorpusGenerator
 from search_levers import Lab, Principal, Vector, _normalized, context_name, ranked
 from serve_embedder import build_embedder
 
 from server.domain.chunking import turn_text
 from server.domain.fusion import KEYWORD_WEIGHT, MIN_RETRIEVAL_TURNS
-from server.domain.keywords import BM25_K1, CONTEXT_WEIGHT, keyword_document
+from server.domain.keywords import BM25_K1, CONTEXT_WEIGHT, KeywordEncoder, keyword_document
+from server.domain.ports import Embedder
 
 Floats = npt.NDArray[np.float64]
 Flags = npt.NDArray[np.bool_]
 Tallies = npt.NDArray[np.int64]  # principal x keyword floor x semantic floor x (found, own,
 # empty, foreign)
 
-MEASURES = ("raw", "coverage", "idf-share", "scoped-share", "caller-share")
+MEASURES = ("none", "raw", "coverage", "idf-share", "scoped-share", "caller-share")
 FORMS = ("floor", "gate")
 SELECTIONS = ("pooled", "per-file")
 KEYWORD_GRIDS = {
+    "none": (math.inf, math.inf),
     "raw": (0.5, 15.0),
     "coverage": (0.05, 1.0),
     "idf-share": (0.02, 1.0),
@@ -87,6 +92,10 @@ KEYWORD_GRIDS = {
 """Each measure's floors tried: (step, end), from 0 (every turn passes) up to the end."""
 SEMANTIC_GRID = (0.025, 0.3, 0.65)
 """Cosine floors tried: (step, start, end), plus 1.1 (the semantic side alone never passes)."""
+SYNTHETIC_CHUNKS = 300
+"""Chunks of each synthetic principal (bench/search_corpus.py) in the second check."""
+SYNTHETIC_QUERIES = 200
+"""Queries drawn for each synthetic principal."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +192,7 @@ def candidates(principals: list[Principal], lab: Lab) -> list[list[Candidates]]:
                     listed=raw > 0,
                     cosine=np.array([sem[pi][qi][i] for i in order], dtype=np.float64),
                     measures={
+                        "none": np.zeros_like(raw),
                         "raw": raw,
                         "coverage": np.array(
                             [
@@ -253,10 +263,118 @@ def choose(
     return chosen, pooled
 
 
+def in_sample(tallies: Tallies, unfloored: Tallies) -> tuple[int, int, Tallies]:
+    """The floors chosen on all four files (what a service would ship): the most foreign
+    queries emptied without recall@5 falling over the four; their tallies, pooled."""
+    whole = tallies.sum(axis=0)
+    allowed = whole[:, :, 0] >= unfloored[:, 0].sum()
+    rate = whole[:, :, 2] / whole[:, :, 3]
+    k, s = np.unravel_index(np.argmax(np.where(allowed, rate, -1.0)), rate.shape)
+    return int(k), int(s), whole[k, s]
+
+
+def kept(c: Candidates, measure: str, form: str, k_floor: float, s_floor: float) -> Flags:
+    """Which turns of one question's fused list a rule keeps (see the module docstring)."""
+    semantic: Flags = c.cosine >= s_floor
+    strong: Flags = (c.measures[measure] >= k_floor) | semantic
+    if form == "gate":
+        return (c.listed | semantic) & bool(strong.any())
+    return strong
+
+
+def synthetic(
+    embedder: Embedder, keywords: KeywordEncoder
+) -> tuple[list[Candidates], list[Candidates]]:
+    """A second check on data no floor was chosen on: two principals of the synthetic corpus
+    (bench/search_corpus.py: long answers, ids such as `acct-4821`), each chunk indexed on its
+    own (its date, then its text: keyword representation 2, no context; IDF over both
+    principals' chunks), a turn scored by its best chunk on each side. The first principal's
+    own queries (ids it mentions, phrases of its turns, questions about its persona), an id
+    query answered by the turns whose text holds the id; the second's queries asked as the
+    first, as foreign queries."""
+    generator = CorpusGenerator(24)
+    owner = generator.principal("floor", "owner", SYNTHETIC_CHUNKS)
+    other = generator.principal("floor", "other", SYNTHETIC_CHUNKS)
+    chunks = [
+        (ti, keyword_document(text, t.turn_time), text)
+        for ti, t in enumerate(owner.turns)
+        for text in t.chunks
+    ]
+    vectors = [keywords.encode_document(document) for _, document, _ in chunks]
+    weights = [dict(zip(v.indices, v.values, strict=True)) for v in vectors]
+    documents = [set(v.indices) for v in vectors]
+    others = [
+        set(keywords.encode_document(keyword_document(text, t.turn_time)).indices)
+        for t in other.turns
+        for text in t.chunks
+    ]
+    everyone: dict[int, int] = defaultdict(int)
+    caller: dict[int, int] = defaultdict(int)
+    for d in documents:
+        for term in d:
+            everyone[term] += 1
+            caller[term] += 1
+    for d in others:
+        for term in d:
+            everyone[term] += 1
+    total = len(documents) + len(others)
+    windows = [
+        np.array(w, dtype=np.float32) for w in embedder.embed_documents([c for *_, c in chunks])
+    ]
+    turns = len(owner.turns)
+    ids = set(owner.persona.ids) | set(other.persona.ids)
+
+    def one(query: str, own: bool) -> Candidates:
+        terms = keywords.encode_query(query).indices
+        vector = np.array(embedder.embed_query(query), dtype=np.float32)
+        by_idf = {t: idf(everyone.get(t, 0), total) for t in terms}
+        scoped = {t: by_idf[t] if caller.get(t) else idf(0, total) for t in terms}
+        own_idf = {t: idf(caller.get(t, 0), len(documents)) for t in terms}
+        values = {name: np.zeros(turns) for name in MEASURES}
+        kw = np.zeros(turns, dtype=np.float32)
+        sem = np.full(turns, -1.0, dtype=np.float32)
+        for (ti, _, _), w, d, win in zip(chunks, weights, documents, windows, strict=True):
+            raw = sum(by_idf[t] * w[t] for t in terms if t in w)
+            shares = {
+                "raw": raw,
+                "coverage": sum(t in d for t in terms) / max(len(terms), 1),
+                "idf-share": raw / ((BM25_K1 + 1) * sum(by_idf.values()) or 1.0),
+                "scoped-share": raw / ((BM25_K1 + 1) * sum(scoped.values()) or 1.0),
+                "caller-share": sum(own_idf[t] for t in terms if t in d)
+                / (sum(own_idf.values()) or 1.0),
+            }
+            for name, value in shares.items():
+                values[name][ti] = max(values[name][ti], value)
+            kw[ti] = max(kw[ti], raw)
+            sem[ti] = max(sem[ti], float(np.max(win @ vector)))
+        order = fused_order(kw, sem)
+        named = [i for i in ids if i.casefold() in query.casefold()]
+        return Candidates(
+            own=own,
+            relevant=np.array(
+                [
+                    any(
+                        i in turn_text(owner.turns[t].question, owner.turns[t].answer)
+                        for i in named
+                    )
+                    for t in order
+                ],
+                dtype=bool,
+            ),
+            listed=kw[order] > 0,
+            cosine=sem[order].astype(np.float64),
+            measures={name: v[order] for name, v in values.items()},
+        )
+
+    own_queries = [one(q, True) for q in generator.queries(owner, SYNTHETIC_QUERIES)]
+    foreign = [one(q, False) for q in generator.queries(other, SYNTHETIC_QUERIES)]
+    return own_queries, foreign
+
+
 def grids(measure: str, fine: int) -> tuple[Floats, Floats]:
     """A measure's keyword floors and the cosine floors, at the grid's step / `fine`."""
     step, end = KEYWORD_GRIDS[measure]
-    keyword = np.arange(0.0, end, step / fine)
+    keyword = np.array([math.inf]) if math.isinf(step) else np.arange(0.0, end, step / fine)
     s_step, start, stop = SEMANTIC_GRID
     semantic = np.append(np.arange(start, stop, s_step / fine), 1.1)
     return keyword, semantic
@@ -277,9 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         turns, questions = load(args.data / name, f"locomo-{Path(name).stem}")
         base.append(Principal(name, turns, questions))
     principals = with_foreign(base)
-    table = candidates(
-        principals, Lab(principals, build_embedder("minilm", 2), args.cache, "dense")
-    )
+    lab = Lab(principals, build_embedder("minilm", 2), args.cache, "dense")
+    table = candidates(principals, lab)
     nothing = np.array([-np.inf])
     unfloored = tally(table, "raw", nothing, nothing, "floor")[:, 0, 0]
     print(
@@ -291,11 +408,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "held-out figures pooled (floors K/S chosen on the other three files, per held-out file):"
     )
+    shipped: list[tuple[str, str, float, float]] = []
     for measure in args.measure:
         for form in args.form:
             for fine in (1, 2):
                 keyword, semantic = grids(measure, fine)
                 tallies = tally(table, measure, keyword, semantic, form)
+                if fine == 1:
+                    k, s, whole = in_sample(tallies, unfloored)
+                    shipped.append((measure, form, float(keyword[k]), float(semantic[s])))
+                    print(
+                        f"  {measure:<12} {form:<5} all four files: K/S {keyword[k]:g}/"
+                        f"{semantic[s]:.3f}, recall@5 {whole[0] / whole[1]:.3f} ({whole[0]}), "
+                        f"foreign queries empty {whole[2] / whole[3]:.3f} (in-sample)"
+                    )
                 for selection in SELECTIONS:
                     chosen, pooled = choose(tallies, unfloored, selection)
                     floors = " ".join(f"{keyword[k]:g}/{semantic[s]:.3f}" for k, s in chosen)
@@ -305,6 +431,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"{pooled[2] / pooled[3]:.3f}; K/S {floors}",
                         flush=True,
                     )
+    own, foreign = synthetic(lab.embedder, lab.keywords)
+    with_id = [c for c in own if c.relevant.any()]
+    print(
+        f"synthetic check (bench/search_corpus.py; the floors chosen on all four LoCoMo files): "
+        f"{len(own)} own queries ({len(with_id)} naming an id the principal's turns hold), "
+        f"{len(foreign)} foreign queries; an id query found when a turn holding the id is in "
+        f"the top 5 kept"
+    )
+    for measure, form, k_floor, s_floor in [("unfloored", "floor", -math.inf, -math.inf), *shipped]:
+        rule = "raw" if measure == "unfloored" else measure
+        outcomes = [kept(c, rule, form, k_floor, s_floor) for c in own]
+        emptied = sum(not kept(c, rule, form, k_floor, s_floor).any() for c in foreign)
+        found = sum(
+            bool(c.relevant[m][:5].any())
+            for c, m in zip(own, outcomes, strict=True)
+            if c.relevant.any()
+        )
+        print(
+            f"  {measure:<12} {form:<5} K/S {k_floor:g}/{s_floor:.3f}: own queries empty "
+            f"{sum(not m.any() for m in outcomes) / len(own):.3f}, id queries found "
+            f"{found / len(with_id):.3f}, foreign queries empty "
+            f"{emptied / len(foreign):.3f}"
+        )
     return 0
 
 
