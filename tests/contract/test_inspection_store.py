@@ -233,6 +233,27 @@ def test_the_writer_keeps_every_record_queued_from_many_threads(
 
 
 @pytest.mark.parametrize("kind", SQL_KINDS)
+def test_a_batch_larger_than_one_statement_arrives_whole_and_in_order(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, tenant: str
+) -> None:
+    """SQLite cuts a batch into statements of a power of two rows, at most 1,024: a batch of
+    2,000 + 77 rows spread over three turns takes seven, and every record is written once,
+    each turn's in its order, a deleted conversation's skipped in every statement."""
+    sql = make_store(kind, request, tmp_path)
+    assert isinstance(sql, SqlMemoryStore)
+    subject = _subject(SqlInspectionStore(sql.db), TurnOperations(sql.db))
+    store = subject.store
+    gone = key(tenant, conversation="c-gone")
+    subject.delete_conversation(tenant, gone.principal_id, gone.conversation_id)
+    turns = [key(tenant, turn="t0"), key(tenant, turn="t1"), gone]
+    store.write([(turns[i % 3], RenderRecord(f"e{i}", i, T0)) for i in range(2_077)])
+    for n in (0, 1):
+        counts = [r.char_count for r in store.read(turns[n]).renders]
+        assert counts == list(range(n, 2_077, 3))
+    assert store.read(gone).renders == ()
+
+
+@pytest.mark.parametrize("kind", SQL_KINDS)
 def test_close_writes_what_is_queued_and_later_records_are_written_in_the_call(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path, tenant: str
 ) -> None:
