@@ -241,8 +241,8 @@ def test_a_batch_larger_than_one_statement_arrives_whole_and_in_order(
     each turn's in its order, a deleted conversation's skipped in every statement."""
     sql = make_store(kind, request, tmp_path)
     assert isinstance(sql, SqlMemoryStore)
-    subject = _subject(SqlInspectionStore(sql.db), TurnOperations(sql.db))
-    store = subject.store
+    store = SqlInspectionStore(sql.db)
+    subject = _subject(store, TurnOperations(sql.db))
     gone = key(tenant, conversation="c-gone")
     subject.delete_conversation(tenant, gone.principal_id, gone.conversation_id)
     turns = [key(tenant, turn="t0"), key(tenant, turn="t1"), gone]
