@@ -179,7 +179,7 @@ class MemoryBlocks:
             return BlockView("", 0, self._limit, "", None)
         # Sanitize on load too: rows written by other means (SQL, older versions) are cleaned
         # before they can reach a prompt.
-        text, count = sanitize_and_count(block.text)
+        text, count = block.sanitized
         return BlockView(text, count, self._limit, block.etag, block.update_time)
 
     def get(self, who: Identity) -> BlockView:

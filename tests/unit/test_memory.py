@@ -9,6 +9,7 @@ import pytest
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.memory import MAX_WRITE_ATTEMPTS, MemoryBlocks, render_header
 from server.domain.model import AuditAction, Change, Identity, PrincipalMemory, StoredBlock, Writer
+from server.domain.text import sanitize_and_count
 from tests.fakes import InMemoryMemoryStore
 
 ANA = Identity("acme", "ana")
@@ -228,6 +229,30 @@ def test_rows_written_by_other_means_are_sanitized_on_load(store: InMemoryMemory
     blocks = MemoryBlocks(store, Clock())
     assert blocks.get(ANA).text == "hidden text"
     assert blocks.render(ANA).prompt_section == render_header(11, 4000) + "\nhidden text"
+
+
+def test_a_row_read_back_is_sanitized_once_however_often_it_is_rendered(
+    store: InMemoryMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read cache hands the same row to every render: its sanitized text is computed on
+    the first, and a row that was clean already keeps its one string."""
+    calls: list[str] = []
+
+    def counting(text: str) -> tuple[str, int]:
+        calls.append(text)
+        return sanitize_and_count(text)
+
+    monkeypatch.setattr("server.domain.model.sanitize_and_count", counting)
+    dirty = StoredBlock("Ana\u200b likes tea\r\n", "e1", datetime(2026, 1, 1, tzinfo=UTC))
+    clean = StoredBlock("Bo likes café", "e2", datetime(2026, 1, 1, tzinfo=UTC))
+    store.blocks[("acme", "ana")] = dirty
+    store.blocks[("acme", "bob")] = clean
+    blocks = MemoryBlocks(store, Clock())
+    for _ in range(3):
+        assert blocks.render(ANA).prompt_section.endswith("\nAna likes tea")
+        assert blocks.get(BOB).text == "Bo likes café"
+    assert len(calls) == 2
+    assert blocks.get(BOB).text is clean.text
 
 
 def test_principals_do_not_see_each_other(blocks: MemoryBlocks) -> None:
