@@ -20,7 +20,6 @@ was measured and was no faster on this machine's CPU, so the portable graph is k
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,12 +46,50 @@ _MASKED_SCORE = -10000.0
 
 Weights = Mapping[str, npt.NDArray[np.float32]]
 
-_FLOAT_LAYERS = re.compile(r"encoder\.layer\.\d+\.output\.dense")
-"""The dense layers kept in float32 when quantizing: each feed-forward block's output
-projection. Its input is the GELU activations, whose few large values make one 8-bit scale
-per call coarse for all the rest: measured on the dev set (bench/README.md), quantizing it
-too cost hybrid recall@1 0.011 and MRR@10 0.006, keeping it cost nothing measurable, at
-x1.6 instead of x2.2 of float32's speed per window."""
+FLOAT_CHANNELS: Mapping[str, tuple[int, ...]] = {
+    "encoder.layer.0.attention.output.dense": (8, 160, 311),
+    "encoder.layer.0.intermediate.dense": (63, 99, 267, 303),
+    "encoder.layer.0.output.dense": (329, 433, 691, 856, 887, 984, 1096, 1170, 1261, 1383),
+    "encoder.layer.1.attention.self.key": (99, 157),
+    "encoder.layer.1.attention.self.query": (99, 157),
+    "encoder.layer.1.attention.self.value": (99, 157),
+    "encoder.layer.1.intermediate.dense": (63, 99, 157, 223, 267),
+    "encoder.layer.1.output.dense": (607,),
+    "encoder.layer.2.attention.self.key": (99,),
+    "encoder.layer.2.attention.self.query": (99,),
+    "encoder.layer.2.attention.self.value": (99,),
+    "encoder.layer.2.intermediate.dense": (63, 99, 157, 223, 338),
+    "encoder.layer.2.output.dense": (218, 1004),
+    "encoder.layer.3.attention.self.key": (99, 157),
+    "encoder.layer.3.attention.self.query": (99, 157),
+    "encoder.layer.3.attention.self.value": (99, 157),
+    "encoder.layer.3.intermediate.dense": (63, 99, 157, 223),
+    "encoder.layer.3.output.dense": (358, 750),
+    "encoder.layer.4.attention.self.key": (99, 157),
+    "encoder.layer.4.attention.self.query": (99, 157),
+    "encoder.layer.4.attention.self.value": (99, 157),
+    "encoder.layer.4.intermediate.dense": (63, 99, 127, 157, 223),
+    "encoder.layer.4.output.dense": (56, 122, 192, 637, 661, 716, 1089, 1097, 1257, 1260, 1357),
+    "encoder.layer.5.attention.self.key": (99, 157),
+    "encoder.layer.5.attention.self.query": (99, 157),
+    "encoder.layer.5.attention.self.value": (99, 157),
+    "encoder.layer.5.intermediate.dense": (99, 127, 223, 319),
+    "encoder.layer.5.output.dense": (256, 499, 830),
+}
+"""The input channels of each dense layer whose products stay in float32 when quantizing, by
+layer. A few channels of a BERT encoder's activations run far larger than the rest on every
+text (channel 99 of the layer-norm outputs reaches 28 where the median channel's largest value
+is 2; the GELU outputs have their own): with one 8-bit scale per model run for the whole
+activation, they made every other value coarse. Taken out of the 8-bit product (zeroed there)
+and multiplied in float32 (a product a few columns wide, added back), they leave a scale that
+fits the rest; vectors then stay at cosine 0.999 of float32's instead of 0.997, and every dense
+layer can be 8-bit (bench/README.md). Which channels: those whose largest absolute value over
+the dev set's texts, run through the float32 graph, is above three times the median channel's
+(at most 32 a layer), measured once for the shipped weights (FLOAT_CHANNELS_WEIGHTS) by
+bench/int8_channels.py, which prints this table."""
+FLOAT_CHANNELS_WEIGHTS = "53aa51172d142c89"
+"""The first 16 hex digits of the sha256 of the model.safetensors FLOAT_CHANNELS was measured
+on: other weights have other large channels."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +129,7 @@ class _GraphBuilder:
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self._counter = 0
+        self._shared: dict[tuple[str, str, tuple[int, ...]], str] = {}
 
     def _name(self, hint: str) -> str:
         self._counter += 1
@@ -108,22 +146,35 @@ class _GraphBuilder:
 
     def linear(self, x: str, weights: Weights, prefix: str) -> str:
         """x @ W.T + b, with W stored transposed so MatMul needs no Transpose node; in 8 bits
-        when the builder quantizes (`_int8_matmul`), except the `_FLOAT_LAYERS`."""
+        when the builder quantizes (`_int8_matmul`)."""
         w_t = weights[f"{prefix}.weight"].T
         b = self.constant(f"{prefix}.bias", weights[f"{prefix}.bias"])
-        in_8_bits = self.quantize and not _FLOAT_LAYERS.fullmatch(prefix)
-        if in_8_bits:
-            product = self._int8_matmul(x, w_t, prefix)
+        if self.quantize:
+            product = self._int8_matmul(x, w_t, prefix, FLOAT_CHANNELS.get(prefix, ()))
         else:
             product = self.op("MatMul", x, self.constant(f"{prefix}.weight_t", w_t))
         return self.op("Add", product, b, hint=prefix)
 
-    def _int8_matmul(self, x: str, w_t: npt.NDArray[np.float32], prefix: str) -> str:
+    def _int8_matmul(
+        self, x: str, w_t: npt.NDArray[np.float32], prefix: str, float_channels: tuple[int, ...]
+    ) -> str:
         """x @ w_t with w_t in int8, one symmetric scale per output column, and x quantized
         to uint8 per call (dynamic quantization, as onnxruntime.quantization.quantize_dynamic
         with per_channel=True writes it; onnxruntime fuses the four nodes into one
         DynamicQuantizeMatMul kernel). Per column, because one scale per matrix moved the
-        vectors measurably more (bench/README.md)."""
+        vectors measurably more (bench/README.md). The `float_channels` of x (FLOAT_CHANNELS)
+        are zeroed before quantizing and their product is taken in float32 and added."""
+        if float_channels:
+            channels = np.array(float_channels, np.int64)
+            rest = self._without_channels(x, channels, w_t.shape[0])
+            w_rest = w_t.copy()
+            w_rest[channels] = 0.0
+            in_float = self.op(
+                "MatMul",
+                self._only_channels(x, channels),
+                self.constant(f"{prefix}.weight_t_float_rows", w_t[channels]),
+            )
+            return self.op("Add", self._int8_matmul(rest, w_rest, prefix, ()), in_float)
         column_max = np.abs(w_t).max(axis=0)
         scale = np.where(column_max > 0, column_max / 127.0, 1.0).astype(np.float32)
         w_q = np.clip(np.rint(w_t / scale), -127, 127).astype(np.int8)
@@ -138,6 +189,25 @@ class _GraphBuilder:
         product = self.op("Cast", product, to=TensorProto.FLOAT)
         return self.op("Mul", product, self.op("Mul", x_scale, w_scale))
 
+    def _without_channels(self, x: str, channels: npt.NDArray[np.int64], width: int) -> str:
+        """x with `channels` zeroed; one node per input, shared by the layers that read it
+        (query, key and value)."""
+        key = ("without", x, tuple(channels.tolist()))
+        if key not in self._shared:
+            keep = np.ones(width, np.float32)
+            keep[channels] = 0.0
+            self._shared[key] = self.op("Mul", x, self.constant(self._name("keep"), keep))
+        return self._shared[key]
+
+    def _only_channels(self, x: str, channels: npt.NDArray[np.int64]) -> str:
+        """x's `channels` alone, [..., len(channels)]; shared like `_without_channels`."""
+        key = ("only", x, tuple(channels.tolist()))
+        if key not in self._shared:
+            self._shared[key] = self.op(
+                "Gather", x, self.constant(self._name("float_channels"), channels), axis=-1
+            )
+        return self._shared[key]
+
     def layer_norm(self, x: str, weights: Weights, prefix: str, eps: float) -> str:
         scale = self.constant(f"{prefix}.weight", weights[f"{prefix}.weight"])
         bias = self.constant(f"{prefix}.bias", weights[f"{prefix}.bias"])
@@ -146,7 +216,7 @@ class _GraphBuilder:
 
 def build_model(weights: Weights, config: BertConfig, *, quantize: bool = False) -> onnx.ModelProto:
     """The encoder plus mean pooling and L2 normalization, as one ONNX model; with `quantize`,
-    the encoder's dense layers but the `_FLOAT_LAYERS` in 8 bits (`_GraphBuilder._int8_matmul`;
+    the encoder's dense layers in 8 bits but their FLOAT_CHANNELS (`_GraphBuilder._int8_matmul`;
     the dense layers are about nine tenths of the arithmetic of a 254-piece window), the
     embeddings, attention scores and norms in float32.
 
