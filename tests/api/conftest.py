@@ -59,8 +59,10 @@ def embedder() -> Embedder:
 
 
 def shared_embedder() -> Embedder:
+    """The model a new store gets (DEFAULT_LOCAL_MODEL, MiniLM in 8 bits), so a store made by
+    a `memoria serve` subprocess opens with it."""
     if not _EMBEDDER:
-        _EMBEDDER.append(OnnxMiniLmEmbedder(intra_op_threads=1))
+        _EMBEDDER.append(OnnxMiniLmEmbedder(intra_op_threads=1, quantized=True))
     return _EMBEDDER[0]
 
 

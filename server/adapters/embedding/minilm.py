@@ -24,7 +24,7 @@ The same weights, with every dense layer of the encoder quantized to int8 when t
 built (minilm_graph.py: one scale per output column, the activations quantized per call, the
 few activation channels that run far larger than the rest kept in float32, FLOAT_CHANNELS),
 and windows fitted to the text (`window_spans`, `fitted`). Measured on the dev set through the
-service (bench/README.md), the model runs 2.2 to 2.7 times as fast as the float32 one,
+service (bench/README.md), it indexes a turn 2.2 to 2.7 times as cheaply as the float32 model,
 with every recall and MRR figure within 0.005 of float32's. Its vectors differ from float32's
 (cosine 0.999), so a store keeps the model it was made with (server/runtime/builders/embedding.py).
 
