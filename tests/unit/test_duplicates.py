@@ -3,6 +3,8 @@ not match, the grouping, and that a rewrite's result carries them without changi
 
 from __future__ import annotations
 
+import re
+import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -145,7 +147,7 @@ def _near_pairs_by_checking_all(text: str) -> set[frozenset[str]]:
     """Every pair of distinct repeat keys whose word sets reach the threshold, found by
     comparing all pairs: what the prefix filter must find, no more and no less."""
     keys = sorted({repeat_key(line) for line in text.split("\n")} - {""})
-    sets = {key: word_set(key) for key in keys}
+    sets = {key: _words_by_the_rule(key) for key in keys}
     return {
         frozenset((a, b))
         for i, a in enumerate(keys)
@@ -155,10 +157,39 @@ def _near_pairs_by_checking_all(text: str) -> set[frozenset[str]]:
     }
 
 
+def _words_by_the_rule(line: str) -> frozenset[str]:
+    """The module docstring's rule as written: runs of `\\w`, case-folded (word_set takes a
+    shortcut for ASCII lines)."""
+    return frozenset(re.findall(r"\w+", line.casefold()))
+
+
 _WORDS = st.sampled_from(
-    ["a", "b", "c", "d", "e", "the", "and", "of", "ana", "tea", "porto", "likes", "lives", "runs"]
+    [
+        *("a", "b", "c", "d", "e", "the", "and", "of", "ana", "tea", "porto", "likes", "runs"),
+        # Case, punctuation and non-ASCII words, which ASCII lines share with non-ASCII ones.
+        *("Ana", "TEA,", "(porto)", "x_y", "Straße", "STRASSE", "café", "Ärger", "ärger:", "ΣΟΦΊΑ"),
+    ]
 )
 _LINES = st.lists(st.lists(_WORDS, min_size=1, max_size=9).map(" ".join), max_size=14)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_word_set_is_the_rule(line: str) -> None:
+    assert word_set(line) == _words_by_the_rule(line)
+    assert word_set(line) == word_set(line.casefold())
+
+
+@pytest.mark.parametrize("line", ["Ana's tea-time, 09:30!", "a_b\tc  D", "", "  ", "x" * 300])
+def test_word_set_of_ascii_lines(line: str) -> None:
+    assert word_set(line) == _words_by_the_rule(line)
+
+
+def test_case_folding_is_idempotent() -> None:
+    """The near-duplicate search takes the words of a repeat key, which is case-folded
+    already, without folding again: right only because folding twice folds once."""
+    every = "".join(map(chr, range(sys.maxunicode + 1)))
+    assert every.casefold().casefold() == every.casefold()
 
 
 @settings(max_examples=400, deadline=None)
