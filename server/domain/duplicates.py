@@ -127,14 +127,13 @@ def _near_components(keys: list[str]) -> list[list[str]]:
     words in one total order each line's first `size - ceil(t x size) + 1` words must meet the
     other's. Lines are taken smallest first, and a smaller line under t x size words cannot
     reach t either. Any total order finds exactly the same pairs; it only decides how many
-    candidates are checked. The order here is the words' hashes (ties by the word itself),
-    which costs nothing to compute and spreads common words ("the", "and") over the order:
-    ranking the block's words rarest first, as before, cut the candidates further but cost
-    more than it saved (measured in one process on this machine: a 13-line rewrite 85-98 µs
-    before, 36 after; a 4,000-character block of seeded lines 390 µs before, 310 after; a
-    4,000-character block of 240 three- and four-word lines 880 before, 460 after; checking
-    every pair of lines whose sizes allow a match was faster still on small blocks and five
-    times slower on that last one). The keys are already case-folded (`repeat_key`), and
+    candidates are checked. The order here is the words' own (code point order), which a C
+    sort gives at no cost; ranking the block's words rarest first, as before, cut the
+    candidates further but cost more than it saved. Measured in one process on this machine
+    (figures in docs/decisions.md, "The rewrite's own CPU"): a 13-line rewrite's search about
+    2.5 times cheaper, 4,000-character blocks 10-20% cheaper; checking every pair of lines
+    whose sizes allow a match was a little faster on small blocks and five to ten times slower
+    on 4,000 characters of short lines. The keys are already case-folded (`repeat_key`), and
     case folding is idempotent, so their words are `_words(key)`. The pairs found are exactly
     those an all-pairs check finds (tests/unit/test_duplicates.py compares the two on random
     blocks).
@@ -154,7 +153,7 @@ def _near_components(keys: list[str]) -> list[list[str]]:
         prefix = size - math.ceil(NEAR_DUPLICATE_SIMILARITY * size - 1e-9) + 1
         least = NEAR_DUPLICATE_SIMILARITY * size
         checked: set[int] = set()
-        for word in sorted(sorted(line), key=hash)[:prefix]:
+        for word in sorted(line)[:prefix]:
             others = having.get(word)
             if others is None:
                 having[word] = [i]
