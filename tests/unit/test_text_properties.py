@@ -121,3 +121,38 @@ def test_ascii_text_keeps_every_printable_character(text: str) -> None:
     kept = "".join(ch for ch in text.replace("\r\n", "\n").replace("\r", "\n") if ch.isprintable()
                    or ch in "\n\t")  # fmt: skip
     assert sanitize(text) == kept.strip()
+
+
+def _every_step(text: str) -> str:
+    """The rule's steps in their order (tests/vectors/README.md), each applied whether or not
+    its characters are there: what `sanitize` must equal with its shortcuts (ASCII, Latin-1,
+    and the general path's skipping a step whose characters are absent)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = text.replace("\u2028", "\n").replace("\u2029", "\n")
+    text = text_module._INVISIBLE.sub("", text)
+    text = text_module._STRAY_BRAILLE_BLANKS.sub("", text)
+    text = text_module._JOINER_RUN.sub(lambda run: text_module._keep_joiner(text, run), text)
+    text = text_module._SELECTOR_RUN.sub(r"\1", text)
+    return unicodedata2.normalize("NFC", text).strip()
+
+
+LATIN1_TEXTS = st.text(
+    alphabet=st.one_of(
+        st.characters(max_codepoint=0xFF),
+        st.sampled_from(["\r", "\n", "\t", " ", "\x85", "\xa0", "\xad", "\x7f", "\x9f", "é"]),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(TEXTS, LATIN1_TEXTS))
+def test_sanitize_is_every_step_in_order(text: str) -> None:
+    assert sanitize(text) == _every_step(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(LATIN1_TEXTS)
+def test_the_latin1_shortcut_is_the_general_path(text: str) -> None:
+    general = text_module._sanitize_unicode(text.replace("\r\n", "\n").replace("\r", "\n"))
+    assert sanitize(text) == general
