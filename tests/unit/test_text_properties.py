@@ -133,7 +133,8 @@ def _every_step(text: str) -> str:
     text = text_module._STRAY_BRAILLE_BLANKS.sub("", text)
     text = text_module._JOINER_RUN.sub(lambda run: text_module._keep_joiner(text, run), text)
     text = text_module._SELECTOR_RUN.sub(r"\1", text)
-    return unicodedata2.normalize("NFC", text).strip()
+    text = unicodedata2.normalize("NFC", text)
+    return text.strip()
 
 
 LATIN1_TEXTS = st.text(
