@@ -177,13 +177,12 @@ def _insert(postgres: bool) -> Callable[[Connection, list[tuple[Any, ...]]], Non
 
     A batch is one statement (SQLite: statements of a power of two rows, at most
     `_SQLITE_ROWS`), sent to the driver as it is (`exec_driver_sql`). Measured on the writer
-    thread (docs/decisions.md): SQLAlchemy's per-row parameter processing cost more than
-    the database did; psycopg's executemany
-    sends a statement per row; sqlite3's executemany steps once per row and releases the
-    GIL around every step, each release a hand-off to a waiting request thread and a wait
-    to get it back. PostgreSQL gets the batch as ONE parameter, a JSON array of rows (one
-    `json.dumps`, in C) that jsonb unpacks once; SQLite as the rows of one VALUES list
-    (bound in C; its JSON functions parse the text again for every field read)."""
+    thread (docs/decisions.md): SQLAlchemy's per-row parameter processing cost more than the
+    database did; psycopg's executemany sends a statement per row; sqlite3's executemany steps
+    once per row and releases the GIL around every step, each release a hand-off to a waiting
+    request thread and a wait to get it back. PostgreSQL gets the batch as ONE parameter, a JSON
+    array of rows (one `json.dumps`, in C) that jsonb unpacks once; SQLite as the rows of one
+    VALUES list (bound in C; its JSON functions parse the text again for every field read)."""
     columns = ", ".join(_COLUMNS)
     if postgres:
         casts = {5: "timestamptz", 7: "integer", 9: "json"}
@@ -314,21 +313,20 @@ class _Flushed:
 class BufferedInspectionStore:
     """`InspectionStore` that writes records from one background thread, in batches.
 
-    `record_*` only append the record's row to a deque: no lock, no notification, and
-    nothing else runs on the caller's thread. The row is a tuple of plain values, which the
-    garbage collector stops tracking at its first pass; queued as the domain's objects, the
-    records of a quarter second (the linger) were traversed by every collection until
-    written (measured in process: 10.6% of the calling thread in the collector, 4.4% as
-    rows). The writer sleeps until the first
-    record after an idle spell wakes it (one `Event.set` per batch, not per record), lets
-    a batch gather for `linger_s` and writes everything queued. Before, every record took
-    the queue's lock and notified the writer, which woke on every call to find its batch
-    not yet full: at 1 in flight that hand-off cost a render more than the write itself
+    `record_*` only append the record's row to a deque: no lock, no notification, and nothing
+    else runs on the caller's thread. The row is a tuple of plain values, which the garbage
+    collector stops tracking at its first pass; queued as the domain's objects, the records of a
+    quarter second (the linger) were traversed by every collection until written (measured in
+    process: 10.6% of the calling thread in the collector, 4.4% as rows). The writer sleeps
+    until the first record after an idle spell wakes it (one `Event.set` per batch, not per
+    record), lets a batch gather for `linger_s` and writes everything queued. Before, every
+    record took the queue's lock and notified the writer, which woke on every call to find its
+    batch not yet full: at 1 in flight that hand-off cost a render more than the write itself
     (docs/decisions.md). `flush` queues a marker and waits until the writer has written
-    everything before it; `read` flushes first. With `max_pending` records queued (the
-    store is slow or down), a record is written in the call instead, so memory stays
-    bounded and nothing is dropped silently. A batch that fails is logged and dropped (its
-    calls were answered long ago; the store's outage is reported by health).
+    everything before it; `read` flushes first. With `max_pending` records queued (the store is
+    slow or down), a record is written in the call instead, so memory stays bounded and nothing
+    is dropped silently. A batch that fails is logged and dropped (its calls were answered long
+    ago; the store's outage is reported by health).
     """
 
     def __init__(
