@@ -102,7 +102,7 @@ _LATIN1_INVISIBLE = bytes(c for c in range(256) if _INVISIBLE.fullmatch(chr(c)))
 """What `_INVISIBLE` matches in Latin-1 (U+0000-U+00FF): those controls, DEL, the C1
 controls and the soft hyphen."""
 
-LINE_SEPARATORS = ("\u2028", "\u2029")
+_LINE_SEPARATORS = ("\u2028", "\u2029")
 """LINE SEPARATOR and PARAGRAPH SEPARATOR are line breaks: they become the one line ending."""
 
 # A braille blank is kept only inside braille text (a run of them with a braille pattern that
@@ -176,7 +176,7 @@ def _sanitize_unicode(text: str) -> str:
     substring test (a C search) finds them; `str.translate` with a table and a `max(text)`
     gate before it walked the text a character at a time (70 and 22 µs of a 1,500-character
     block, measured)."""
-    for separator in LINE_SEPARATORS:
+    for separator in _LINE_SEPARATORS:
         if separator in text:
             text = text.replace(separator, "\n")
     text = _INVISIBLE.sub("", text)
