@@ -65,6 +65,7 @@ def fuse(result: RetrievalResult, turns: int) -> list[SearchHit]:
         semantic_rank = sides["semantic"][0] if "semantic" in sides else 0
         _, _, chunk = min(sides.values(), key=lambda entry: entry[0])
         score = sum(weights[side] * value for side, (_, value, _) in sides.items())
+        similarity = sides["semantic"][2].score if "semantic" in sides else None
         fused.append(
             SearchHit(
                 conversation_id=chunk.conversation_id,
@@ -75,6 +76,7 @@ def fuse(result: RetrievalResult, turns: int) -> list[SearchHit]:
                 score=score,
                 keyword_rank=keyword_rank,
                 semantic_rank=semantic_rank,
+                semantic_similarity=similarity,
             )
         )
     # Equal scores go to the newer turn (issue 24: questions point back to what was decided

@@ -157,6 +157,13 @@ class KeywordEncoder:
         return SparseVector(indices=tuple(indices), values=tuple(1.0 for _ in indices))
 
 
+def is_id_like(term: str) -> bool:
+    """Whether a term (from `KeywordEncoder.terms`) is a compound the encoder keeps whole, an
+    id such as `acct-4821`, `INC-20931` or `ana@example.com`: what the keyword side exists to
+    find (server/domain/relevance.py counts one as a strong match on its own)."""
+    return any(c in term for c in _CONNECTORS)
+
+
 def keyword_document(text: str, turn_time: datetime) -> str:
     """What the keyword side indexes for a chunk: the turn's date as words, then the text.
 

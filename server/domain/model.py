@@ -297,7 +297,10 @@ class RetrievalResult:
 
 @dataclass(frozen=True)
 class SearchHit:
-    """One turn in a search answer: its best chunk, the fused score and each side's rank."""
+    """One turn in a search answer: its best chunk, the fused score and each side's rank, and
+    the two measures comparable across searches (server/domain/relevance.py): the semantic
+    side's raw similarity (None when that side did not find the turn) and the share of the
+    query's terms the turn's text holds."""
 
     conversation_id: str
     turn_id: str
@@ -307,6 +310,8 @@ class SearchHit:
     score: float
     keyword_rank: int
     semantic_rank: int
+    semantic_similarity: float | None = None
+    keyword_coverage: float = 0.0
 
 
 class AcceptOutcome(enum.Enum):

@@ -2,8 +2,10 @@
 
 Rules (DESIGN 3): a search runs both retrievals (keyword and semantic) over the caller's own
 chunks, fuses them by weighted normalized score fusion (server/domain/fusion.py) and keeps
-the best chunk per turn. A deleted conversation is out of every search from the moment its
-tombstone commits (its chunks may still wait for their purge: the search leaves them out).
+the best chunk per turn, and only turns that share something real with the query: a search
+with no strong match answers nothing (server/domain/relevance.py). A deleted conversation is
+out of every search from the moment its tombstone commits (its chunks may still wait for
+their purge: the search leaves them out).
 With memory off, search finds nothing. A search that names the turn it is made for is
 recorded for the inspector (server/domain/inspection.py).
 
@@ -46,6 +48,7 @@ from server.domain.ports import (
     MemoryStore,
     TurnStore,
 )
+from server.domain.relevance import Relevance, semantic_floor
 from server.domain.retention import KEEP_EVERYTHING, TurnRetention
 from server.domain.text import sanitize
 
@@ -61,7 +64,9 @@ class ConversationSearch:
     `memory` tells whether the caller's memory is on; `turns` which of its conversations are
     deleted; `chunks` runs the retrieval on the query `embedder` and `keywords` encode.
     `inspections` records the searches made for a named turn; None records nothing.
-    `retention` hides the tenant's expired turns.
+    `retention` hides the tenant's expired turns. `gated` applies the relevance gate
+    (server/domain/relevance.py); off only for the development one-side search modes, which
+    measure one side's ranking alone (the gate reads both sides).
     """
 
     memory: MemoryStore
@@ -72,6 +77,7 @@ class ConversationSearch:
     clock: Clock
     inspections: InspectionStore | None = None
     retention: TurnRetention = KEEP_EVERYTHING
+    gated: bool = True
 
     def search(
         self,
@@ -143,7 +149,11 @@ class ConversationSearch:
         encoded = EncodedQuery(
             dense=self.embedder.embed_query(text), sparse=self.keywords.encode_query(text)
         )
-        return fuse(self.chunks.search(scope, encoded, retrieval_depth(turns)), turns)
+        depth = retrieval_depth(turns)
+        fused = fuse(self.chunks.search(scope, encoded, depth), 2 * depth)  # every turn found
+        floor = semantic_floor(self.embedder.model_id) if self.gated else None
+        relevance = Relevance(self.keywords, floor)
+        return relevance.page(text, fused, turns)
 
 
 def bounds_violations(bounds: SearchBounds) -> list[FieldViolation]:

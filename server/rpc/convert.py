@@ -222,6 +222,8 @@ def search_hit_message(hit: SearchHit) -> search_pb.SearchHit:
         score=hit.score,
         keyword_rank=hit.keyword_rank,
         semantic_rank=hit.semantic_rank,
+        semantic_similarity=hit.semantic_similarity,
+        keyword_coverage=hit.keyword_coverage,
     )
 
 

@@ -24,6 +24,7 @@ from memoria.v1 import memory_block_service_pb2_grpc as block_grpc
 from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import EncodedQuery, IndexedChunk, SearchScope, TurnKey
+from server.domain.relevance import semantic_floor
 from tests.api.conftest import (
     Api,
     Metadata,
@@ -220,8 +221,56 @@ def test_resending_a_turn_replaces_it(api: Api) -> None:
     ana = api.who("ana")
     index(api, ana, "c", "t", "Favourite colour?", "Vermilion.")
     index(api, ana, "c", "t", "Favourite colour?", "Turquoise.")
-    assert search(api, ana, "vermilion")[0].text.endswith("Turquoise.")
-    assert [h.turn_id for h in search(api, ana, "turquoise")] == ["t"]
+    assert search(api, ana, "vermilion") == []  # the old words left with the old text
+    (hit,) = search(api, ana, "turquoise")
+    assert (hit.turn_id, hit.text) == ("t", "Favourite colour?\n\nTurquoise.")
+
+
+def test_a_search_that_matches_nothing_answers_nothing(api: Api) -> None:
+    """No turn is a strong match (its meaning is far, none holds every term of the query or
+    an id of it): no hits, though one turn shares a word ("quarterly") with the query."""
+    ana = api.who("ana")
+    index(api, ana, "c1", "t1", "Which airline do I fly?", "You fly with Lufthansa.")
+    index(api, ana, "c1", "t2", "Plans?", "We went over the quarterly plan and the office move.")
+    assert search(api, ana, "quarterly tax filing for my Delaware LLC") == []
+    assert search(api, ana, "Lufthansa flights")[0].turn_id == "t1"
+
+
+def test_an_id_in_a_long_turn_is_found_though_its_meaning_is_far(api: Api) -> None:
+    """A query naming an id is a strong match for the turn holding it, whatever its cosine
+    (0.16 here, below the model's floor): the keyword side's purpose."""
+    ana = api.who("ana")
+    plan = "We went over the quarterly plan, the hiring pipeline and the budget in detail. "
+    notes = (plan * 45)[:3900] + " The refund went to acct-4821."
+    index(api, ana, "calls", "long", "Call notes?", notes)
+    index(api, ana, "calls", "other", "Anything else?", "The refund for acct-4822 is pending.")
+    floor = semantic_floor(shared_embedder().model_id)
+    assert floor is not None
+    first = search(api, ana, "acct-4821")[0]
+    assert first.turn_id == "long"
+    assert first.HasField("semantic_similarity") and first.semantic_similarity < floor
+    assert first.keyword_coverage == 1.0
+
+
+def test_a_turns_measures_are_comparable_across_searches(api: Api) -> None:
+    """The same turn for the same query keeps its similarity and keyword coverage when other
+    turns change the search around it, while its fused score, relative to the others, moves."""
+    ana = api.who("ana")
+    index(api, ana, "c1", "t1", "Which airline do I fly?", "You fly with Lufthansa.")
+    (alone,) = search(api, ana, "Lufthansa flights")
+    index(
+        api,
+        ana,
+        "c2",
+        "t2",
+        "Delays?",
+        "Lufthansa flights to Frankfurt: two Lufthansa flights late.",
+    )
+    after = {h.turn_id: h for h in search(api, ana, "Lufthansa flights")}
+    assert after["t2"].keyword_coverage == 1.0  # lufthansa, flight
+    assert alone.keyword_coverage == after["t1"].keyword_coverage == 0.5  # "fly" is not "flight"
+    assert alone.semantic_similarity == pytest.approx(after["t1"].semantic_similarity, abs=1e-6)
+    assert alone.score == 1.0 and after["t1"].score < 1.0
 
 
 @ALSO_ON_POOLER_AND_CITUS

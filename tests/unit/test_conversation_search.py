@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from server.domain import relevance
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.fusion import MIN_RETRIEVAL_TURNS
 from server.domain.intake import TurnOutcome
@@ -302,3 +303,20 @@ def test_an_erasure_whose_chunks_cannot_be_removed_erases_nothing(world: World) 
     assert world.memory.read(TENANT, "ana").block is not None
     assert len(world.turns.list_turns(TENANT, "ana", 0, 10)) == 1
     assert world.memory.list_audit(TENANT, AuditQuery(principal_id="ana")) == []
+
+
+# --- The relevance gate ------------------------------------------------------------------
+
+
+def test_a_search_answers_only_with_a_strong_match_unless_one_sided(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a floor known for the model, a search with no strong match answers nothing and
+    one with an exact match answers; a one-sided development search (`gated=False`) answers
+    with whatever its side found, as it did before the gate."""
+    monkeypatch.setitem(relevance.SEMANTIC_FLOORS, world.search.embedder.model_id, 1.01)
+    world.say(ANA, "c1", "t1", "the heron by the lake")
+    assert world.find(ANA, "heron kingfisher") == []  # one term of two, no cosine reaches 1.01
+    assert turns_of(world.find(ANA, "heron lake")) == [("c1", "t1")]  # every term
+    one_sided = replace(world.search, gated=False)
+    assert turns_of(one_sided.search(ANA, "heron kingfisher", 10)) == [("c1", "t1")]

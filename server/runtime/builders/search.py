@@ -118,6 +118,7 @@ def build_conversations(
             utc_now,
             inspections,
             turn_retention(settings),
+            gated=settings.memory.search_mode == "hybrid",
         ),
         removal=ConversationRemoval(parts.units, parts.index, utc_now, wake_worker, inspections),
     )

@@ -438,7 +438,8 @@ class MemorySettings(SettingsGroup):
     # one retrieval side alone, with the same index and the same representations, to measure
     # what each side and the fusion contribute. Production leaves it at hybrid.
     search_mode: Literal["hybrid", "keyword", "semantic"] = "hybrid"
-    """development and benchmarks: `keyword` or `semantic` answers searches from that side alone"""
+    """development and benchmarks: `keyword` or `semantic` answers searches from that side
+    alone, without the relevance gate (which reads both sides)"""
 
     @field_validator("tenant_turn_retention_days")
     @classmethod

@@ -425,16 +425,27 @@ type SearchHit struct {
 	// the score is 0.8 times the keyword value plus 0.2 times the semantic value
 	// (0 for a side that did not find the turn). Higher is better; only
 	// comparable within one response. The weights may change between releases.
-	// (Before this fusion the score was reciprocal rank fusion.)
+	// (Before this fusion the score was reciprocal rank fusion.) For how well
+	// a turn matched in terms comparable across searches, read
+	// `semantic_similarity` and `keyword_coverage`.
 	Score float64 `protobuf:"fixed64,6,opt,name=score,proto3" json:"score,omitempty"`
 	// 1-based rank of this turn among the keyword (BM25) results; 0 when
 	// keyword retrieval did not find it.
 	KeywordRank int32 `protobuf:"varint,7,opt,name=keyword_rank,json=keywordRank,proto3" json:"keyword_rank,omitempty"`
 	// 1-based rank of this turn among the semantic (embedding) results; 0 when
 	// semantic retrieval did not find it.
-	SemanticRank  int32 `protobuf:"varint,8,opt,name=semantic_rank,json=semanticRank,proto3" json:"semantic_rank,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SemanticRank int32 `protobuf:"varint,8,opt,name=semantic_rank,json=semanticRank,proto3" json:"semantic_rank,omitempty"`
+	// How close the turn is to the query in meaning: the cosine similarity, -1
+	// to 1, of the query to the turn's best window, on the embedding model's
+	// own scale; comparable across searches served with one model. Absent when
+	// semantic retrieval did not find the turn.
+	SemanticSimilarity *float64 `protobuf:"fixed64,9,opt,name=semantic_similarity,json=semanticSimilarity,proto3,oneof" json:"semantic_similarity,omitempty"`
+	// Share of the query's distinct terms (stemmed words, stop words left out,
+	// ids such as `acct-4821` kept whole) that the chunk's text and its turn's
+	// date hold, 0 to 1; comparable across searches.
+	KeywordCoverage float64 `protobuf:"fixed64,10,opt,name=keyword_coverage,json=keywordCoverage,proto3" json:"keyword_coverage,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SearchHit) Reset() {
@@ -519,6 +530,20 @@ func (x *SearchHit) GetKeywordRank() int32 {
 func (x *SearchHit) GetSemanticRank() int32 {
 	if x != nil {
 		return x.SemanticRank
+	}
+	return 0
+}
+
+func (x *SearchHit) GetSemanticSimilarity() float64 {
+	if x != nil && x.SemanticSimilarity != nil {
+		return *x.SemanticSimilarity
+	}
+	return 0
+}
+
+func (x *SearchHit) GetKeywordCoverage() float64 {
+	if x != nil {
+		return x.KeywordCoverage
 	}
 	return 0
 }
@@ -1939,7 +1964,7 @@ const file_memoria_v1_conversation_search_service_proto_rawDesc = "" +
 	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"H\n" +
 	"\x1bSearchConversationsResponse\x12)\n" +
-	"\x04hits\x18\x01 \x03(\v2\x15.memoria.v1.SearchHitR\x04hits\"\x99\x02\n" +
+	"\x04hits\x18\x01 \x03(\v2\x15.memoria.v1.SearchHitR\x04hits\"\x92\x03\n" +
 	"\tSearchHit\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x12\x17\n" +
 	"\aturn_id\x18\x02 \x01(\tR\x06turnId\x12\x1f\n" +
@@ -1949,7 +1974,11 @@ const file_memoria_v1_conversation_search_service_proto_rawDesc = "" +
 	"\tturn_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bturnTime\x12\x14\n" +
 	"\x05score\x18\x06 \x01(\x01R\x05score\x12!\n" +
 	"\fkeyword_rank\x18\a \x01(\x05R\vkeywordRank\x12#\n" +
-	"\rsemantic_rank\x18\b \x01(\x05R\fsemanticRank\"D\n" +
+	"\rsemantic_rank\x18\b \x01(\x05R\fsemanticRank\x124\n" +
+	"\x13semantic_similarity\x18\t \x01(\x01H\x00R\x12semanticSimilarity\x88\x01\x01\x12)\n" +
+	"\x10keyword_coverage\x18\n" +
+	" \x01(\x01R\x0fkeywordCoverageB\x16\n" +
+	"\x14_semantic_similarity\"D\n" +
 	"\x19DeleteConversationRequest\x12'\n" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\"J\n" +
 	"\x1aDeleteConversationResponse\x12,\n" +
@@ -2173,6 +2202,7 @@ func file_memoria_v1_conversation_search_service_proto_init() {
 	}
 	file_memoria_v1_audit_service_proto_init()
 	file_memoria_v1_memory_block_proto_init()
+	file_memoria_v1_conversation_search_service_proto_msgTypes[4].OneofWrappers = []any{}
 	file_memoria_v1_conversation_search_service_proto_msgTypes[17].OneofWrappers = []any{
 		(*ExportRecord_Settings)(nil),
 		(*ExportRecord_MemoryBlock)(nil),

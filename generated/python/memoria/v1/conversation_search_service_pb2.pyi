@@ -255,6 +255,8 @@ class SearchHit(_message.Message):
     SCORE_FIELD_NUMBER: _builtins.int
     KEYWORD_RANK_FIELD_NUMBER: _builtins.int
     SEMANTIC_RANK_FIELD_NUMBER: _builtins.int
+    SEMANTIC_SIMILARITY_FIELD_NUMBER: _builtins.int
+    KEYWORD_COVERAGE_FIELD_NUMBER: _builtins.int
     conversation_id: _builtins.str
     """The conversation the turn belongs to."""
     turn_id: _builtins.str
@@ -269,7 +271,9 @@ class SearchHit(_message.Message):
     the score is 0.8 times the keyword value plus 0.2 times the semantic value
     (0 for a side that did not find the turn). Higher is better; only
     comparable within one response. The weights may change between releases.
-    (Before this fusion the score was reciprocal rank fusion.)
+    (Before this fusion the score was reciprocal rank fusion.) For how well
+    a turn matched in terms comparable across searches, read
+    `semantic_similarity` and `keyword_coverage`.
     """
     keyword_rank: _builtins.int
     """1-based rank of this turn among the keyword (BM25) results; 0 when
@@ -278,6 +282,17 @@ class SearchHit(_message.Message):
     semantic_rank: _builtins.int
     """1-based rank of this turn among the semantic (embedding) results; 0 when
     semantic retrieval did not find it.
+    """
+    semantic_similarity: _builtins.float
+    """How close the turn is to the query in meaning: the cosine similarity, -1
+    to 1, of the query to the turn's best window, on the embedding model's
+    own scale; comparable across searches served with one model. Absent when
+    semantic retrieval did not find the turn.
+    """
+    keyword_coverage: _builtins.float
+    """Share of the query's distinct terms (stemmed words, stop words left out,
+    ids such as `acct-4821` kept whole) that the chunk's text and its turn's
+    date hold, 0 to 1; comparable across searches.
     """
     @_builtins.property
     def turn_time(self) -> _timestamp_pb2.Timestamp:
@@ -294,12 +309,16 @@ class SearchHit(_message.Message):
         score: _builtins.float = ...,
         keyword_rank: _builtins.int = ...,
         semantic_rank: _builtins.int = ...,
+        semantic_similarity: _builtins.float | None = ...,
+        keyword_coverage: _builtins.float = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["turn_time", b"turn_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_semantic_similarity", b"_semantic_similarity", "semantic_similarity", b"semantic_similarity", "turn_time", b"turn_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_index", b"chunk_index", "conversation_id", b"conversation_id", "keyword_rank", b"keyword_rank", "score", b"score", "semantic_rank", b"semantic_rank", "text", b"text", "turn_id", b"turn_id", "turn_time", b"turn_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_semantic_similarity", b"_semantic_similarity", "chunk_index", b"chunk_index", "conversation_id", b"conversation_id", "keyword_coverage", b"keyword_coverage", "keyword_rank", b"keyword_rank", "score", b"score", "semantic_rank", b"semantic_rank", "semantic_similarity", b"semantic_similarity", "text", b"text", "turn_id", b"turn_id", "turn_time", b"turn_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__semantic_similarity: _TypeAlias = _typing.Literal["semantic_similarity"]  # noqa: Y015
+    _WhichOneofArgType__semantic_similarity: _TypeAlias = _typing.Literal["_semantic_similarity", b"_semantic_similarity"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__semantic_similarity) -> _WhichOneofReturnType__semantic_similarity | None: ...
 
 Global___SearchHit: _TypeAlias = SearchHit  # noqa: Y015
 
