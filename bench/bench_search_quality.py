@@ -358,6 +358,7 @@ class Run:
     latency: dict[str, list[float]]
     rankings: dict[str, list[list[tuple[str, str]]]]
     query_embed_ms: list[float]
+    foreign_empty: dict[str, tuple[int, int]]  # per mode: searches with no hit, searches
 
 
 def query_embedding_ms(embedder: str, questions: Sequence[Question]) -> tuple[str, list[float]]:
@@ -378,6 +379,7 @@ def measure(embedder: str, turns: Sequence[Turn], questions: Sequence[Question],
     latency: dict[str, list[float]] = {}
     rankings: dict[str, list[list[tuple[str, str]]]] = {}
     indexing: dict[str, float] = {}
+    foreign_empty: dict[str, tuple[int, int]] = {}
     data_dir = tmp / embedder / "data"
     for mode in MODES:
         server = start(data_dir, tmp / embedder / mode, mode, embedder)
@@ -387,13 +389,27 @@ def measure(embedder: str, turns: Sequence[Turn], questions: Sequence[Question],
                 if mode == "hybrid":
                     indexing = index_all(stub, data_dir / "memoria.sqlite3", turns)
                 rankings[mode], latency[mode] = search_all(stub, questions)
+                foreign, _ = search_all(stub, foreign_queries(questions))
+                foreign_empty[mode] = (sum(not r for r in foreign), len(foreign))
         finally:
             server.stop()
         for q, ranking in zip(questions, rankings[mode], strict=True):
             for group in ("overall", q.category, q.principal):
                 scores[mode][group].add(ranking, q.relevant)
     model_id, query_ms = query_embedding_ms(embedder, questions)
-    return Run(embedder, model_id, indexing, scores, latency, rankings, query_ms)
+    return Run(embedder, model_id, indexing, scores, latency, rankings, query_ms, foreign_empty)
+
+
+def foreign_queries(questions: Sequence[Question]) -> list[Question]:
+    """Every question asked by each other file's principal: queries whose answer is another
+    person's, which an honest search answers with nothing (issue 24 item 2)."""
+    principals = sorted({q.principal for q in questions})
+    return [
+        Question(p, q.text, "foreign", frozenset())
+        for p in principals
+        for q in questions
+        if q.principal != p
+    ]
 
 
 def report(run: Run, questions: Sequence[Question]) -> None:
@@ -413,6 +429,12 @@ def report(run: Run, questions: Sequence[Question]) -> None:
             f"search    {mode:<9} {len(questions)} calls, page size {PAGE_SIZE}: "
             f"p50 {statistics.median(run.latency[mode]):.1f} ms, "
             f"p99 {percentile(run.latency[mode], 99):.1f} ms"
+        )
+    for mode in MODES:
+        empty, asked = run.foreign_empty[mode]
+        print(
+            f"foreign   {mode:<9} {asked} queries (each file's principal asked the other "
+            f"files' questions): {empty / asked:.3f} answered nothing ({empty})"
         )
     print(
         f"query embedding in this process, {len(questions)} questions, one thread: "
@@ -444,6 +466,7 @@ def as_json(run: Run, questions: Sequence[Question]) -> dict[str, Any]:
         "scores": {
             m: {g: {"n": s.n, **s.row()} for g, s in per.items()} for m, per in run.scores.items()
         },
+        "foreign_empty": {m: {"empty": e, "asked": n} for m, (e, n) in run.foreign_empty.items()},
         "questions": [
             {
                 "principal": q.principal,
@@ -465,9 +488,7 @@ def leave_one_out(data: Path, embedder: str) -> None:
     import search_levers as lab  # it imports this module's loader: not at the top
 
     principals = [lab.Principal(n, *load(data / n, f"locomo-{Path(n).stem}")) for n in FILES]
-    chosen = lab.service_selection(
-        principals, lab.Lab(principals, build_embedder(embedder, 2), None)
-    )
+    chosen = lab.service_selection(principals, lab.lab_for(principals, embedder, None))
     print(
         "\nleave-one-conversation-out (bench/search_levers.py: context weight and keyword share"
         " chosen on three files, scored on the fourth; one chunk of context a side, min-max"
@@ -481,6 +502,37 @@ def leave_one_out(data: Path, embedder: str) -> None:
     print(
         f"  (the service runs context {CONTEXT_WEIGHT:g} keyword {KEYWORD_WEIGHT:g}: its figures"
         " are the hybrid rows above)"
+    )
+    floor_leave_one_out(principals, embedder)
+
+
+def floor_leave_one_out(principals: list[Any], embedder: str) -> None:
+    """The relevance floor chosen by leave-one-conversation-out (bench/search_floor.py, its
+    `exact` gate, the rule the service runs: server/domain/relevance.py), printed beside the
+    service's own figures: each file's cosine floor chosen on the other three with a margin
+    of one step, recall@5 of its own questions and the share of the other files' questions
+    that come back empty, held out and pooled."""
+    import numpy as np
+    import search_floor as floor  # they import this module's loader: not at the top
+    import search_levers as lab
+
+    asked = floor.with_foreign(principals)
+    table = floor.candidates(asked, lab.lab_for(asked, embedder, None))
+    nothing = np.array([-np.inf])
+    unfloored = floor.tally(table, "raw", nothing, nothing, "floor")[:, 0, 0]
+    keyword, semantic = floor.grids("exact", 1)
+    tallies = floor.tally(table, "exact", keyword, semantic, "gate")
+    chosen, pooled = floor.choose(tallies, unfloored, "margin")
+    print(
+        "\nthe relevance floor by leave-one-conversation-out (bench/search_floor.py, the exact"
+        " gate; cosine floor chosen on three files with a margin of one step, scored on the"
+        " fourth):"
+    )
+    print(
+        f"  floors {' '.join(f'{semantic[s]:.3f}' for _, s in chosen)}: recall@5 held out "
+        f"{pooled[0] / pooled[1]:.3f} ({pooled[0]} of {pooled[1]}; without the floor "
+        f"{unfloored[:, 0].sum()}), foreign queries empty {pooled[2] / pooled[3]:.3f} "
+        f"({pooled[2]} of {pooled[3]})"
     )
 
 

@@ -32,6 +32,12 @@ The keyword measures (each beside the semantic side's raw score, its MAX_SIM cos
   term no chunk holds (n = 0): what the caller's own index could tell.
 - `caller-share`: the IDF-weighted share of the query's terms that the turn's keyword vector
   (with its context) holds, IDF over the caller's own turns.
+- `exact`: 1 when the turn is among the keyword side's best EXACT_DEPTH and its own keyword
+  document holds every term of the query or one of its id-like terms (a compound such as
+  `acct-4821` or `PR-2019`, kept whole by the encoder), else 0: the service's rule
+  (server/domain/relevance.py, `holds_match`), set by design rather than chosen (only K 1
+  means anything), for the queries the keyword side exists for, beside a cosine floor chosen
+  on the data.
 
 Two forms of the rule, floors K (keyword measure) and S (cosine):
 - `floor`: a turn is kept when its measure reaches K or its cosine reaches S;
@@ -41,7 +47,10 @@ Two forms of the rule, floors K (keyword measure) and S (cosine):
 
 The floors are chosen by leave-one-conversation-out: on three files, the pair that empties the
 most foreign queries while their recall@5 does not fall, either pooled over the three
-(`pooled`) or on each of them (`per-file`); scored on the fourth; the held-out figures pooled.
+(`pooled`) or on each of them (`per-file`), or pooled with a margin (`margin`: the pair one
+step of the coarse grid tighter on either floor, 0.025 of cosine, must not lose there either,
+so the choice is never the tightest the three files allow); scored on the fourth; the held-out
+figures pooled.
 Each rule is run on its grid and on one twice as fine: a rule whose held-out recall moves with
 the grid's step is on an edge, not a plateau. Then each rule, with the floors chosen on all four
 files (what a service would ship), meets data none was chosen on: the synthetic corpus of
@@ -66,24 +75,39 @@ import numpy as np
 import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_search_quality import DEFAULT_DATA, FILES, Question, load
+from bench_search_quality import DEFAULT_DATA, Question
 from search_corpus import CorpusGenerator
-from search_levers import Lab, Principal, Vector, _normalized, context_name, ranked
-from serve_embedder import build_embedder
+from search_levers import (
+    Lab,
+    Principal,
+    Vector,
+    _normalized,
+    context_name,
+    dev_principals,
+    lab_for,
+    ranked,
+)
+from serve_embedder import EMBEDDERS
 
 from server.domain.chunking import turn_text
 from server.domain.fusion import KEYWORD_WEIGHT, MIN_RETRIEVAL_TURNS
-from server.domain.keywords import BM25_K1, CONTEXT_WEIGHT, KeywordEncoder, keyword_document
+from server.domain.keywords import (
+    BM25_K1,
+    CONTEXT_WEIGHT,
+    KeywordEncoder,
+    keyword_document,
+)
 from server.domain.ports import Embedder
+from server.domain.relevance import EXACT_DEPTH, holds_match
 
 Floats = npt.NDArray[np.float64]
 Flags = npt.NDArray[np.bool_]
 Tallies = npt.NDArray[np.int64]  # principal x keyword floor x semantic floor x (found, own,
 # empty, foreign)
 
-MEASURES = ("none", "raw", "coverage", "idf-share", "scoped-share", "caller-share")
+MEASURES = ("none", "raw", "coverage", "idf-share", "scoped-share", "caller-share", "exact")
 FORMS = ("floor", "gate")
-SELECTIONS = ("pooled", "per-file")
+SELECTIONS = ("pooled", "per-file", "margin")
 KEYWORD_GRIDS = {
     "none": (math.inf, math.inf),
     "raw": (0.5, 15.0),
@@ -91,6 +115,7 @@ KEYWORD_GRIDS = {
     "idf-share": (0.02, 1.0),
     "scoped-share": (0.02, 1.0),
     "caller-share": (0.025, 1.0),
+    "exact": (1.0, 1.5),
 }
 """Each measure's floors tried: (step, end), from 0 (every turn passes) up to the end."""
 SEMANTIC_GRID = (0.025, 0.3, 0.65)
@@ -167,6 +192,12 @@ def candidates(principals: list[Principal], lab: Lab) -> list[list[Candidates]]:
             )
             for t in p.turns
         ]
+        own_terms = [
+            frozenset(
+                lab.keywords.terms(keyword_document(turn_text(t.question, t.answer), t.turn_time))
+            )
+            for t in p.turns
+        ]
         caller: dict[int, int] = defaultdict(int)
         for d in vectors[pi]:
             for term in d:
@@ -174,7 +205,9 @@ def candidates(principals: list[Principal], lab: Lab) -> list[list[Candidates]]:
         rows = []
         for qi, q in enumerate(p.questions):
             terms = lab.keywords.encode_query(q.text).indices
+            query_terms = frozenset(lab.keywords.terms(q.text))
             order = fused_order(kw[pi][qi], sem[pi][qi])
+            exact_depth = {int(i) for i in np.argsort(-kw[pi][qi], kind="stable")[:EXACT_DEPTH]}
             everyone = {t: idf(collection.get(t, 0), chunks) for t in terms}
             scoped = {t: everyone[t] if caller.get(t) else idf(0, chunks) for t in terms}
             own_idf = {t: idf(caller.get(t, 0), len(p.turns)) for t in terms}
@@ -208,6 +241,12 @@ def candidates(principals: list[Principal], lab: Lab) -> list[list[Candidates]]:
                         "caller-share": np.array(
                             [
                                 sum(own_idf[t] for t in terms if t in vectors[pi][i]) / own_mass
+                                for i in order
+                            ]
+                        ),
+                        "exact": np.array(
+                            [
+                                float(i in exact_depth and holds_match(query_terms, own_terms[i]))
                                 for i in order
                             ]
                         ),
@@ -245,18 +284,21 @@ def tally(
 
 
 def choose(
-    tallies: Tallies, unfloored: Tallies, selection: str
+    tallies: Tallies, unfloored: Tallies, selection: str, fine: int = 1
 ) -> tuple[list[tuple[int, int]], Tallies]:
     """Leave-one-out: per held-out file, the floors that empty the most foreign queries of the
-    other three without recall@5 falling there (pooled, or on each file); the held-out tallies
-    under those floors, pooled. Ties go to the lowest floors (the grid's order)."""
+    other three without recall@5 falling there (pooled, on each file, or pooled with a margin
+    of one coarse step: `fine` steps of a grid `fine` times finer); the held-out tallies under
+    those floors, pooled. Ties go to the lowest floors (the grid's order)."""
     chosen = []
     pooled = np.zeros(4, dtype=np.int64)
     for held in range(len(tallies)):
         others = [pi for pi in range(len(tallies)) if pi != held]
         found = tallies[others, :, :, 0]
-        if selection == "pooled":
+        if selection in ("pooled", "margin"):
             allowed = found.sum(axis=0) >= unfloored[others, 0].sum()
+            if selection == "margin":
+                allowed = with_margin(allowed, fine)
         else:
             allowed = (found >= unfloored[others, 0][:, None, None]).all(axis=0)
         rate = tallies[others, :, :, 2].sum(axis=0) / tallies[others, :, :, 3].sum(axis=0)
@@ -266,11 +308,22 @@ def choose(
     return chosen, pooled
 
 
-def in_sample(tallies: Tallies, unfloored: Tallies) -> tuple[int, int, Tallies]:
+def with_margin(allowed: Flags, steps: int) -> Flags:
+    """The pairs of floors allowed whose pair `steps` steps tighter on the keyword floor, and
+    on the cosine floor, is allowed too (a step past the end of a grid counts as allowed)."""
+    tighter_k, tighter_s = np.ones_like(allowed), np.ones_like(allowed)
+    tighter_k[:-steps, :], tighter_s[:, :-steps] = allowed[steps:, :], allowed[:, steps:]
+    return allowed & tighter_k & tighter_s
+
+
+def in_sample(tallies: Tallies, unfloored: Tallies, margin: int) -> tuple[int, int, Tallies]:
     """The floors chosen on all four files (what a service would ship): the most foreign
-    queries emptied without recall@5 falling over the four; their tallies, pooled."""
+    queries emptied without recall@5 falling over the four (with a margin of `margin` steps
+    when not 0); their tallies, pooled."""
     whole = tallies.sum(axis=0)
     allowed = whole[:, :, 0] >= unfloored[:, 0].sum()
+    if margin:
+        allowed = with_margin(allowed, margin)
     rate = whole[:, :, 2] / whole[:, :, 3]
     k, s = np.unravel_index(np.argmax(np.where(allowed, rate, -1.0)), rate.shape)
     return int(k), int(s), whole[k, s]
@@ -304,6 +357,7 @@ def synthetic(
         for text in t.chunks
     ]
     vectors = [keywords.encode_document(document) for _, document, _ in chunks]
+    terms_of = [frozenset(keywords.terms(document)) for _, document, _ in chunks]
     weights = [dict(zip(v.indices, v.values, strict=True)) for v in vectors]
     documents = [set(v.indices) for v in vectors]
     others = [
@@ -329,6 +383,7 @@ def synthetic(
 
     def one(query: str, own: bool) -> Candidates:
         terms = keywords.encode_query(query).indices
+        query_terms = frozenset(keywords.terms(query))
         vector = np.array(embedder.embed_query(query), dtype=np.float32)
         by_idf = {t: idf(everyone.get(t, 0), total) for t in terms}
         scoped = {t: by_idf[t] if caller.get(t) else idf(0, total) for t in terms}
@@ -336,7 +391,9 @@ def synthetic(
         values = {name: np.zeros(turns) for name in MEASURES}
         kw = np.zeros(turns, dtype=np.float32)
         sem = np.full(turns, -1.0, dtype=np.float32)
-        for (ti, _, _), w, d, win in zip(chunks, weights, documents, windows, strict=True):
+        for (ti, _, _), w, d, win, own_terms in zip(
+            chunks, weights, documents, windows, terms_of, strict=True
+        ):
             raw = sum(by_idf[t] * w[t] for t in terms if t in w)
             shares = {
                 "raw": raw,
@@ -345,11 +402,13 @@ def synthetic(
                 "scoped-share": raw / ((BM25_K1 + 1) * sum(scoped.values()) or 1.0),
                 "caller-share": sum(own_idf[t] for t in terms if t in d)
                 / (sum(own_idf.values()) or 1.0),
+                "exact": float(holds_match(query_terms, own_terms)),
             }
             for name, value in shares.items():
                 values[name][ti] = max(values[name][ti], value)
             kw[ti] = max(kw[ti], raw)
             sem[ti] = max(sem[ti], float(np.max(win @ vector)))
+        values["exact"][np.argsort(-kw, kind="stable")[EXACT_DEPTH:]] = 0.0  # as the service
         order = fused_order(kw, sem)
         named = [i for i in ids if i.casefold() in query.casefold()]
         return Candidates(
@@ -389,16 +448,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, help="keep the documents' vectors here between runs")
     ap.add_argument("--measure", nargs="+", choices=MEASURES, default=list(MEASURES))
     ap.add_argument("--form", nargs="+", choices=FORMS, default=list(FORMS))
+    ap.add_argument(
+        "--embedder",
+        choices=sorted(EMBEDDERS),
+        default="minilm-int8",
+        help="the semantic side's model (default: a new store's; the first study ran minilm)",
+    )
     args = ap.parse_args(argv)
-    if not all((args.data / f).is_file() for f in FILES):
-        print(f"search_floor: the LoCoMo files are absent from {args.data}", file=sys.stderr)
+    base = dev_principals(args.data, "search_floor")
+    if base is None:
         return 2
-    base = []
-    for name in FILES:
-        turns, questions = load(args.data / name, f"locomo-{Path(name).stem}")
-        base.append(Principal(name, turns, questions))
     principals = with_foreign(base)
-    lab = Lab(principals, build_embedder("minilm", 2), args.cache, "dense")
+    lab = lab_for(principals, args.embedder, args.cache)
     table = candidates(principals, lab)
     nothing = np.array([-np.inf])
     unfloored = tally(table, "raw", nothing, nothing, "floor")[:, 0, 0]
@@ -417,16 +478,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             for fine in (1, 2):
                 keyword, semantic = grids(measure, fine)
                 tallies = tally(table, measure, keyword, semantic, form)
-                if fine == 1:
-                    k, s, whole = in_sample(tallies, unfloored)
+                for margin in (0, 1) if fine == 1 else ():
+                    k, s, whole = in_sample(tallies, unfloored, margin)
                     shipped.append((measure, form, float(keyword[k]), float(semantic[s])))
                     print(
-                        f"  {measure:<12} {form:<5} all four files: K/S {keyword[k]:g}/"
-                        f"{semantic[s]:.3f}, recall@5 {whole[0] / whole[1]:.3f} ({whole[0]}), "
-                        f"foreign queries empty {whole[2] / whole[3]:.3f} (in-sample)"
+                        f"  {measure:<12} {form:<5} all four files{' with a margin' * margin}: "
+                        f"K/S {keyword[k]:g}/{semantic[s]:.3f}, recall@5 "
+                        f"{whole[0] / whole[1]:.3f} ({whole[0]}), foreign queries empty "
+                        f"{whole[2] / whole[3]:.3f} (in-sample)"
                     )
                 for selection in SELECTIONS:
-                    chosen, pooled = choose(tallies, unfloored, selection)
+                    chosen, pooled = choose(tallies, unfloored, selection, fine)
                     floors = " ".join(f"{keyword[k]:g}/{semantic[s]:.3f}" for k, s in chosen)
                     print(
                         f"  {measure:<12} {form:<5} {selection:<8} step/{fine}: recall@5 "

@@ -275,6 +275,28 @@ class Lab:
         ]
 
 
+def dev_principals(data: Path, script: str) -> list[Principal] | None:
+    """The development files' principals (each file's turns and questions), or None, said on
+    stderr as `script`'s, when the files are absent from `data`."""
+    if not all((data / f).is_file() for f in FILES):
+        print(f"{script}: the LoCoMo files are absent from {data}", file=sys.stderr)
+        return None
+    principals = []
+    for name in FILES:
+        turns, questions = load(data / name, f"locomo-{Path(name).stem}")
+        principals.append(Principal(name, turns, questions))
+    return principals
+
+
+def lab_for(principals: list[Principal], embedder: str, cache: Path | None) -> Lab:
+    """A `Lab` on `embedder` (a name of bench/serve_embedder.py), its vectors kept in `cache`
+    (the vectors of minilm keep the cache names of earlier runs)."""
+    if cache:
+        cache.mkdir(parents=True, exist_ok=True)
+    prefix = "dense" if embedder == "minilm" else f"dense-{embedder}"
+    return Lab(principals, build_embedder(embedder, 2), cache, prefix)
+
+
 # ------------------------------------------------------------------ fusion
 
 
@@ -654,16 +676,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--keyword-weights", default="0.6,0.7,0.8,0.9", help="--joint: fusion weights")
     ap.add_argument("--semantic", default="own", help="--joint: the semantic representation")
     args = ap.parse_args(argv)
-    if not all((args.data / f).is_file() for f in FILES):
-        print(f"search_levers: the LoCoMo files are absent from {args.data}", file=sys.stderr)
+    principals = dev_principals(args.data, "search_levers")
+    if principals is None:
         return 2
-    principals = []
-    for name in FILES:
-        turns, questions = load(args.data / name, f"locomo-{Path(name).stem}")
-        principals.append(Principal(name, turns, questions))
-    # The vectors of minilm keep the cache names of earlier runs.
-    prefix = "dense" if args.embedder == "minilm" else f"dense-{args.embedder}"
-    lab = Lab(principals, build_embedder(args.embedder, 2), args.cache, prefix)
+    lab = lab_for(principals, args.embedder, args.cache)
     if args.joint:
         return joint(
             principals,
