@@ -131,6 +131,7 @@ from server.domain.model import (
     SearchScope,
     TurnKey,
 )
+from server.domain.relevance import Relevance, semantic_floor
 from server.runtime.settings import Settings
 
 # search_corpus.py and procs.py sit beside this script.
@@ -503,7 +504,8 @@ class DirectSearch:
 
 
 class AdapterSearch:
-    """What the service runs for a search minus gRPC, auth and SQL: the adapter and fusion."""
+    """What the service runs for a search minus gRPC, auth and SQL: the adapter, fusion and
+    the relevance gate (server/domain/search.py's order)."""
 
     def __init__(
         self, index: QdrantEdgeChunkIndex, embedder: OnnxMiniLmEmbedder, keywords: KeywordEncoder
@@ -512,12 +514,15 @@ class AdapterSearch:
         self._embedder = embedder
         self._keywords = keywords
         self._scope = SearchScope(SEARCH_TENANT, SEARCH_PRINCIPAL, frozenset())
+        self._relevance = Relevance(keywords, semantic_floor(embedder.model_id))
 
     def __call__(self, text: str) -> list[str]:
         encoded = EncodedQuery(
             dense=self._embedder.embed_query(text), sparse=self._keywords.encode_query(text)
         )
-        hits = fuse(self._index.search(self._scope, encoded, depth_turns(PAGE_SIZE)), PAGE_SIZE)
+        depth = depth_turns(PAGE_SIZE)
+        fused = fuse(self._index.search(self._scope, encoded, depth), 2 * depth)
+        hits = self._relevance.page(text, fused, PAGE_SIZE)
         return [f"{h.conversation_id}/{h.turn_id}" for h in hits]
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, timedelta, timezone
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from server.domain.keywords import KeywordEncoder, _index, keyword_document
 
 ENCODER = KeywordEncoder()
@@ -71,3 +74,49 @@ def test_the_keyword_document_starts_with_the_turns_date_in_utc() -> None:
     late = datetime(2023, 12, 31, 23, 30, tzinfo=timezone(timedelta(hours=-2)))
     assert keyword_document("x", late).startswith("1 January 2024\n\n")
     assert {"8", "may", "2023"} <= set(terms(keyword_document("we met", when)))
+
+
+# Text mixing what the tokenizer treats apart: ASCII words and ids, connectors, stop words,
+# digits, accents and curly quotes, fullwidth forms, CJK runs, Cyrillic, and any character.
+_PIECES = st.sampled_from(
+    [
+        "acct-4821",
+        "e.g.",
+        "a.b-c_d",
+        "ana@example.com",
+        "2026-11-30",
+        "running",
+        "the",
+        "Café",
+        "naïve",
+        "\u2019",
+        "\u2014",
+        "\u201c",
+        "\u2026",
+        "\uff21\uff23\uff23\uff34\uff0d\uff14\uff18\uff12\uff11",
+        "東京タワー",
+        "北京",
+        "Ростислав",
+        "½",
+        "Ⅻ",
+        "፲",
+        "-",
+        ".",
+        "_",
+        " ",
+        "\n",
+        "x",
+        "7",
+    ]
+)
+_TEXTS = st.lists(
+    st.one_of(_PIECES, st.text(st.characters(blacklist_categories=["Cs"]), max_size=6)),
+    max_size=30,
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_TEXTS)
+def test_term_set_is_the_set_of_terms(text: str) -> None:
+    """The bulk reading (ASCII and general paths) finds exactly the terms one by one."""
+    assert ENCODER.term_set(text) == frozenset(ENCODER.terms(text))
