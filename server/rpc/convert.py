@@ -231,7 +231,8 @@ def turn_ref_of(msg: Any) -> TurnRef | None:
     """The request's optional `turn` field; None when unset."""
     if not msg.HasField("turn"):
         return None
-    return TurnRef(msg.turn.conversation_id, msg.turn.turn_id)
+    turn = msg.turn  # each access builds a view of the submessage: one is enough
+    return TurnRef(turn.conversation_id, turn.turn_id)
 
 
 def inspection_message(view: Inspection) -> search_pb.TurnInspection:

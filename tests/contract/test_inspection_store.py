@@ -9,14 +9,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, text
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from server.adapters.sql.blocks import SqlMemoryStore
-from server.adapters.sql.inspections import BufferedInspectionStore, SqlInspectionStore
+from server.adapters.sql.inspections import (
+    BufferedInspectionStore,
+    SqlInspectionStore,
+    TimeText,
+)
 from server.adapters.sql.tables import turn_inspections
 from server.domain.model import (
     AuditAction,
@@ -103,12 +108,13 @@ def test_records_come_back_in_order_with_every_field(subject: Subject, tenant: s
     store = subject.store
     store.record_render(key(tenant), RenderRecord("e1", 42, T0))
     store.record_search(key(tenant), SearchRecord("acct-4821 refund", T0, (HIT,)))
-    store.record_render(key(tenant), RenderRecord("", 0, T0 + timedelta(seconds=1)))
+    whole_second = T0.replace(microsecond=0) + timedelta(seconds=1)
+    store.record_render(key(tenant), RenderRecord("", 0, whole_second))
     store.record_search(key(tenant), SearchRecord("nothing", T0, ()))
     got = store.read(key(tenant))
     assert got.renders == (
         RenderRecord("e1", 42, T0),
-        RenderRecord("", 0, T0 + timedelta(seconds=1)),
+        RenderRecord("", 0, whole_second),
     )
     assert got.searches == (
         SearchRecord("acct-4821 refund", T0, (HIT,)),
@@ -238,7 +244,9 @@ def test_a_batch_larger_than_one_statement_arrives_whole_and_in_order(
 ) -> None:
     """SQLite cuts a batch into statements of a power of two rows, at most 1,024: a batch of
     2,000 + 77 rows spread over three turns takes seven, and every record is written once,
-    each turn's in its order, a deleted conversation's skipped in every statement."""
+    each turn's in its order, a deleted conversation's skipped in every statement. Its times
+    cross two seconds (a batch's time texts reuse the last second's): each comes back
+    exact."""
     sql = make_store(kind, request, tmp_path)
     assert isinstance(sql, SqlMemoryStore)
     store = SqlInspectionStore(sql.db)
@@ -246,10 +254,15 @@ def test_a_batch_larger_than_one_statement_arrives_whole_and_in_order(
     gone = key(tenant, conversation="c-gone")
     subject.delete_conversation(tenant, gone.principal_id, gone.conversation_id)
     turns = [key(tenant, turn="t0"), key(tenant, turn="t1"), gone]
-    store.write([(turns[i % 3], RenderRecord(f"e{i}", i, T0)) for i in range(2_077)])
+
+    def at(i: int) -> datetime:
+        return T0 + timedelta(microseconds=997 * i)
+
+    store.write([(turns[i % 3], RenderRecord(f"e{i}", i, at(i))) for i in range(2_077)])
     for n in (0, 1):
-        counts = [r.char_count for r in store.read(turns[n]).renders]
-        assert counts == list(range(n, 2_077, 3))
+        renders = store.read(turns[n]).renders
+        assert [r.char_count for r in renders] == list(range(n, 2_077, 3))
+        assert [r.record_time for r in renders] == [at(i) for i in range(n, 2_077, 3)]
     assert store.read(gone).renders == ()
 
 
@@ -285,3 +298,31 @@ def test_records_beyond_max_pending_are_written_in_the_call(
         assert [r.etag for r in store.read(key(tenant)).renders] == ["e2", "e0", "e1"]
     finally:
         store.close()
+
+
+def test_time_text_is_sqlalchemys_sqlite_text_and_the_exact_instant_for_postgres() -> None:
+    """The writer formats record times itself (cheaper than SQLAlchemy's conversion): on
+    SQLite the very text SQLAlchemy writes, which every other writer and `purge` compare
+    with; for PostgreSQL the same instant with its offset. The same second twice, a second
+    with no microseconds, a year below 1000 and another zone, in one sequence, since the
+    text up to the second is reused from the last time formatted."""
+    dialect = sqlite_dialect.dialect()
+    column_type = turn_inspections.c.record_time.type.dialect_impl(dialect)
+    sqlalchemy_text = column_type.bind_processor(dialect)
+    assert sqlalchemy_text is not None
+    plus_two = timezone(timedelta(hours=2))
+    times = [
+        T0,
+        T0 + timedelta(microseconds=1),
+        T0.replace(microsecond=0),
+        T0 + timedelta(seconds=1),
+        datetime(987, 6, 5, 4, 3, 2, 10, tzinfo=UTC),
+        T0.replace(tzinfo=plus_two),
+        T0,
+    ]
+    sqlite_text, postgres_text = TimeText(with_offset=False), TimeText(with_offset=True)
+    for moment in times:
+        assert sqlite_text(moment) == sqlalchemy_text(moment)
+        parsed = datetime.strptime(postgres_text(moment), "%Y-%m-%d %H:%M:%S.%f%z")
+        assert parsed == moment
+        assert parsed.utcoffset() == moment.utcoffset()

@@ -13,12 +13,18 @@ from typing import Any
 
 import jwt
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from server.domain.errors import ErrorReason, MemoriaError
-from server.domain.ids import IDENTITY_MAX_CHARS, identity_value_problem
+from server.domain.ids import (
+    ID_MAX_CHARS,
+    IDENTITY_MAX_CHARS,
+    id_violations,
+    identity_value_problem,
+)
 from server.domain.model import Identity
+from server.domain.text import sanitize
 from server.rpc.auth import JwtAuthenticator, JwtSettings, TrustedHeaders
 from server.runtime.settings import Settings
 
@@ -70,6 +76,34 @@ def identity_follows_the_rule(identity: Identity) -> None:
 
 
 header_values = st.none() | st.text(max_size=300) | st.text(PRINTABLE, max_size=300)
+
+
+ID_TEXTS = st.text(max_size=ID_MAX_CHARS + 2) | st.text(
+    st.characters(max_codepoint=0x7F) | st.sampled_from(" \t\n\r\x7f\u200b\u00a0"),
+    max_size=12,
+)
+
+
+@given(ID_TEXTS)
+@example(" c-1")
+@example("c-1 ")
+@example(" ")
+@example("c 1")
+@example("c\t1")
+@example("c\x7f")
+@example("c-1")
+def test_a_conversation_or_turn_id_is_refused_exactly_when_sanitizing_changes_it(
+    value: str,
+) -> None:
+    """`id_violations` answers printable ASCII without sanitizing (every call naming a turn
+    checks two ids): it refuses exactly the ids the general rule refuses, ASCII or not."""
+    valid = (
+        0 < len(value) <= ID_MAX_CHARS
+        and sanitize(value) == value
+        and "\n" not in value
+        and "\t" not in value
+    )
+    assert (id_violations("turn.turn_id", value) == []) == valid
 
 
 @given(tenant=header_values, principal=header_values, roles=header_values)
