@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import string
 import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -70,14 +71,21 @@ _CONNECTORS = "-_./:@#+"
 _CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
 # A word: a run of letters and digits (not CJK); compounds join words with one connector.
 _WORD = rf"[^\W_{_CJK}]+"
-_TOKEN = re.compile(
-    rf"(?P<compound>{_WORD}(?:[{re.escape(_CONNECTORS)}]{_WORD})*)|(?P<cjk>[{_CJK}]+)"
-)
+
+
+def _compound(word: str) -> str:
+    """The pattern of a token: `word`s joined by single connectors (one word alone too)."""
+    return rf"{word}(?:[{re.escape(_CONNECTORS)}]{word})*"
+
+
+_TOKEN = re.compile(rf"(?P<compound>{_compound(_WORD)})|(?P<cjk>[{_CJK}]+)")
 _PART = re.compile(_WORD)
+_WORD_TOKEN = re.compile(_compound(_WORD))  # `_TOKEN` without its CJK runs
+_CJK_RUN = re.compile(rf"[{_CJK}]+")
 # The same tokens on ASCII text, where a word is [a-z0-9]+ once casefolded: the general
 # classes cost several times more to match, and most text is ASCII (`term_set`).
-_ASCII_TOKEN = re.compile(rf"[a-z0-9]+(?:[{re.escape(_CONNECTORS)}][a-z0-9]+)*")
-_ASCII_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_ASCII_TOKEN = re.compile(_compound("[a-z0-9]+"))
+_ASCII_WORD_CHARS = frozenset(string.ascii_lowercase + string.digits)
 # Casefolded ASCII text with every character but a letter or digit blanked: its words, split.
 _ASCII_BLANKS = str.maketrans({chr(i): " " for i in range(128) if chr(i) not in _ASCII_WORD_CHARS})
 # ... with letters and digits as "a" and connectors as "-": "a-a" marks a compound.
@@ -87,8 +95,6 @@ _ASCII_MARKS = str.maketrans(
         for i in range(128)
     }
 )
-_WORD_TOKEN = re.compile(rf"{_WORD}(?:[{re.escape(_CONNECTORS)}]{_WORD})*")  # no CJK
-_CJK_RUN = re.compile(rf"[{_CJK}]+")
 
 # NLTK's English list (the apostrophe-free forms: the tokenizer splits "hasn't" into
 # "hasn" and "t"), plus would, could, get, got.
