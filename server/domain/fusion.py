@@ -50,8 +50,9 @@ def fuse(result: RetrievalResult, turns: int) -> list[SearchHit]:
     KEYWORD_WEIGHT times its keyword value plus the rest times its semantic value (0 on a
     side that did not list it). A side with no hits adds nothing, so one side alone ranks as
     that side does. The chunk shown is the one the side ranking the turn higher chose
-    (keyword on a tie: an exact match is the easier one for a person to recognize). Among
-    turns of equal score the newer comes first.
+    (keyword on a tie: an exact match is the easier one for a person to recognize); when the
+    other side chose another chunk of the same turn, its text comes along as `other_text`
+    (the relevance rule reads both). Among turns of equal score the newer comes first.
     """
     weights = {"keyword": KEYWORD_WEIGHT, "semantic": 1.0 - KEYWORD_WEIGHT}
     by_turn: dict[tuple[str, str], dict[str, tuple[int, float, ChunkHit]]] = {}
@@ -64,6 +65,7 @@ def fuse(result: RetrievalResult, turns: int) -> list[SearchHit]:
         keyword_rank = sides["keyword"][0] if "keyword" in sides else 0
         semantic_rank = sides["semantic"][0] if "semantic" in sides else 0
         _, _, chunk = min(sides.values(), key=lambda entry: entry[0])
+        other = next((h for _, _, h in sides.values() if h.chunk_index != chunk.chunk_index), None)
         score = sum(weights[side] * value for side, (_, value, _) in sides.items())
         similarity = sides["semantic"][2].score if "semantic" in sides else None
         fused.append(
@@ -77,6 +79,7 @@ def fuse(result: RetrievalResult, turns: int) -> list[SearchHit]:
                 keyword_rank=keyword_rank,
                 semantic_rank=semantic_rank,
                 semantic_similarity=similarity,
+                other_text=None if other is None else other.text,
             )
         )
     # Equal scores go to the newer turn (issue 24: questions point back to what was decided

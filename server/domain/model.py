@@ -300,7 +300,9 @@ class SearchHit:
     """One turn in a search answer: its best chunk, the fused score and each side's rank, and
     the two measures comparable across searches (server/domain/relevance.py): the semantic
     side's raw similarity (None when that side did not find the turn) and the share of the
-    query's terms the turn's text holds."""
+    query's terms the turn's text holds. `other_text` is the text of the turn's other chunk
+    that the search found, when the two sides chose different chunks of a long turn (None
+    otherwise): the relevance rule reads both, so an id in the chunk not shown still counts."""
 
     conversation_id: str
     turn_id: str
@@ -312,6 +314,7 @@ class SearchHit:
     semantic_rank: int
     semantic_similarity: float | None = None
     keyword_coverage: float = 0.0
+    other_text: str | None = None
 
 
 class AcceptOutcome(enum.Enum):

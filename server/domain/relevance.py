@@ -10,7 +10,10 @@ matched, the same way in every search:
 - **semantic similarity**: the turn's raw cosine to the query on the semantic side (its best
   window's), the model's own scale;
 - **keyword coverage**: the share of the query's distinct terms (the keyword encoder's terms:
-  stemmed words, ids kept whole) that the turn's text, with its date, holds.
+  stemmed words, ids kept whole) that the turn's text, with its date, holds. Of a turn of
+  several chunks, the text read is each chunk either side found (the one shown and, when the
+  other side chose another, that one too): an id in a long turn's third chunk counts though
+  the semantic side's first chunk is the one shown.
 
 The rule, a gate: a search answers only when one of its turns is a strong match, that is its
 similarity reaches the model's floor (`SEMANTIC_FLOORS`), or it is among the keyword side's
@@ -79,8 +82,10 @@ class Relevance:
         def terms_of(hit: SearchHit) -> frozenset[str]:
             key = (hit.conversation_id, hit.turn_id)
             if key not in held:
-                document = keyword_document(hit.text, hit.turn_time)
-                held[key] = self.keywords.term_set(document)
+                terms = self.keywords.term_set(keyword_document(hit.text, hit.turn_time))
+                if hit.other_text is not None:  # the chunk the other side chose (a long turn)
+                    terms |= self.keywords.term_set(hit.other_text)
+                held[key] = terms
             return held[key]
 
         kept = list(fused)

@@ -60,6 +60,10 @@ def test_chunk_shown_is_from_the_side_that_ranked_the_turn_higher() -> None:
     )
     fused = {h.turn_id: h for h in fuse(result, 10)}
     assert fused["t"].chunk_index == 1
+    assert fused["t"].other_text == "t/3"  # the keyword side's chunk comes along
+    assert fused["x"].other_text is None  # one side only
+    same = fuse(RetrievalResult(keyword=(hit("t", 2),), semantic=(hit("t", 2),)), 10)
+    assert same[0].other_text is None  # both sides chose the chunk shown
 
 
 def test_same_turn_id_in_two_conversations_are_two_turns() -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
 
+from server.domain.fusion import fuse
 from server.domain.keywords import KeywordEncoder
-from server.domain.model import SearchHit
+from server.domain.model import ChunkHit, RetrievalResult, SearchHit
 from server.domain.relevance import (
     EXACT_DEPTH,
     SEMANTIC_FLOORS,
@@ -74,6 +76,26 @@ def test_an_id_of_the_query_in_one_turn_opens_the_search() -> None:
     assert ids(GATE.page("what happened with acct-4821 last week", fused, 10)) == ["id"]
     near = [hit("part", "account 4821 and acct-4822", keyword_rank=1, similarity=0.1)]
     assert GATE.page("what happened with acct-4821 last week", near, 10) == []
+
+
+def test_an_id_in_the_chunk_not_shown_still_opens_the_search() -> None:
+    """A long turn of several chunks: the semantic side ranks its first chunk higher, so that
+    chunk is shown, while the keyword side found the id in its third. The gate and the
+    coverage read both chunks the search found, as the turn's text (through `fuse`, as the
+    service runs it)."""
+    first = ChunkHit("c", "long", 0, "we moved the savings between accounts", T, 0.2)
+    third = ChunkHit("c", "long", 2, "the refund went to acct-4821 on Monday", T, 4.0)
+    other = ChunkHit("c", "other", 0, "the refund of the shoes", T, 5.0)
+    result = RetrievalResult(keyword=(other, third), semantic=(first,))
+    fused = fuse(result, 10)
+    shown = {h.turn_id: h for h in fused}["long"]
+    assert (shown.chunk_index, shown.keyword_rank, shown.semantic_rank) == (0, 2, 1)
+    page = GATE.page("refund acct-4821", fused, 10)
+    coverage = {h.turn_id: h.keyword_coverage for h in page}
+    assert coverage["long"] == 1.0  # every term: the id and its parts, and "refund"
+    assert 0 < coverage["other"] < 1  # "refund" only
+    alone = [dataclasses.replace(h, other_text=None) for h in fused]  # the chunk shown only
+    assert GATE.page("refund acct-4821", alone, 10) == []
 
 
 def test_an_exact_match_counts_among_the_keyword_sides_best_only() -> None:
