@@ -402,6 +402,12 @@ def _serve(settings: Settings, port_file: Path | None, worker_index: int | None 
         name_this_process(f"worker-{worker_index}")
     else:
         _log_settings(settings)
+    if settings.serve.pin_cpu:  # before start: every thread it creates inherits the CPU
+        from server.runtime.processes import pin_this_process
+
+        if not hasattr(os, "sched_setaffinity"):
+            sys.exit("memoria serve: MEMORIA_PIN_CPU needs Linux (sched_setaffinity)")
+        log.info("serving on CPU %d only (MEMORIA_PIN_CPU)", pin_this_process(worker_index))
     running = start(settings)
     # Everything built so far (the embedding model, the stemmer, gRPC, SQLAlchemy) lives as
     # long as the process: out of the collector's reach, a full collection scans only what

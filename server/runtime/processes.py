@@ -101,6 +101,19 @@ def name_this_process(role: str) -> None:
         handler.setFormatter(JsonFormatter(process=f"{role}[{os.getpid()}]"))
 
 
+def pin_this_process(index: int | None) -> int:
+    """Run every thread of this process, and every thread it starts from now on (a thread
+    inherits its creator's CPUs), on one CPU of those it may use: the first for a single
+    process, the i-th (round robin) for process i of `--processes` (`index`, from 1). Returns
+    the CPU. MEMORIA_PIN_CPU; why: docs/decisions.md, "One CPU per serving process"."""
+    allowed = sorted(os.sched_getaffinity(0))
+    cpu = allowed[((index or 1) - 1) % len(allowed)]
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(task), {cpu})
+    return cpu
+
+
 def reserve_port(listen: str) -> tuple[socket.socket, int]:
     """Bind HOST:PORT (PORT may be 0) with SO_REUSEPORT and keep it; returns it and its port.
 

@@ -163,6 +163,8 @@ def group(
     log = tmp_path / "group.log"
     env = _env() | qdrant_env | {"MEMORIA_SHUTDOWN_GRACE_SECONDS": str(GRACE_S)}
     database_url = postgres.app_url
+    if getattr(request, "param", "postgres") == "pinned":
+        env |= {"MEMORIA_PIN_CPU": "true"}
     if getattr(request, "param", "postgres") == "pgbouncer":
         pooled: PooledDatabase = request.getfixturevalue("pgbouncer")
         database_url = pooled.pooled_url
@@ -252,6 +254,38 @@ def test_two_processes_serve_one_port_on_shared_stores(group: Group) -> None:
         .hits
     )
     assert [(h.conversation_id, h.turn_id) for h in hits] == [("c-1", "1")]
+
+
+def thread_cpus(pid: int) -> set[int]:
+    """The CPUs any thread of process `pid` may run on (/proc, each thread's list)."""
+    cpus: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        status = (task / "status").read_text()
+        listed = re.search(r"^Cpus_allowed_list:\s*(\S+)$", status, re.M)
+        assert listed is not None, status
+        for part in listed.group(1).split(","):
+            low, _, high = part.partition("-")
+            cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+@pytest.mark.postgres
+@pytest.mark.qdrant
+@pytest.mark.parametrize("group", ["pinned"], indirect=True)
+def test_pinned_processes_each_run_on_one_cpu(group: Group) -> None:
+    """MEMORIA_PIN_CPU: every thread of process i (gRPC's, the pools', the cache listener's)
+    on the i-th CPU this test may use, so two processes on two CPUs; and they serve."""
+    allowed = sorted(os.sched_getaffinity(0))
+    children = group.children()
+    assert sorted(children) == [1, 2], group.output()
+    for index, pid in children.items():
+        assert thread_cpus(pid) == {allowed[(index - 1) % len(allowed)]}, group.output()
+    if len(allowed) > 1:
+        assert thread_cpus(children[1]) != thread_cpus(children[2])
+    assert thread_cpus(group.process.pid) == set(allowed)  # the supervisor is not pinned
+    for pid in children.values():
+        group.connect_to(pid)  # a health check answered SERVING by each
+    assert "serving on CPU" in group.output()
 
 
 @pytest.mark.postgres

@@ -1,10 +1,13 @@
-"""The port reservation and the refusal rule of `memoria serve --processes N`, and its old
-names (`--workers`, MEMORIA_WORKERS) kept as aliases."""
+"""The port reservation and the refusal rule of `memoria serve --processes N`, its old names
+(`--workers`, MEMORIA_WORKERS) kept as aliases, and pinning a process to one CPU."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 from concurrent import futures
 
 import grpc
@@ -98,3 +101,36 @@ def test_memoria_workers_still_sets_the_serving_processes(monkeypatch: pytest.Mo
     environ = {"MEMORIA_WORKERS": "2", "MEMORIA_PROCESSES": "2", "MEMORIA_PROCESSS": "2"}
     assert Settings.unknown_env(environ) == ["MEMORIA_PROCESSS"]
     assert Settings.unknown_env({"MEMORIA_BENCH_PG": "fast"}) == []  # the benchmarks' own
+
+
+_PIN = """
+import json, os, sys, threading
+from server.runtime.processes import pin_this_process
+stop = threading.Event()
+before = threading.Thread(target=stop.wait)
+before.start()
+cpu = pin_this_process(None if sys.argv[1] == "-" else int(sys.argv[1]))
+after = threading.Thread(target=stop.wait)
+after.start()
+print(json.dumps([cpu, *(sorted(os.sched_getaffinity(t)) for t in
+      (0, before.native_id, after.native_id))]))
+stop.set()
+"""
+
+
+@pytest.mark.parametrize("index", [None, 1, 2, 3])
+def test_pin_this_process_puts_every_thread_on_one_cpu(index: int | None) -> None:
+    """Threads started before the pin and after it (they inherit it) share the one CPU: the
+    first allowed for a single process, the i-th (round robin) for process i. In a child
+    process: pinning this one would pin the rest of the suite."""
+    allowed = sorted(os.sched_getaffinity(0))
+    out = subprocess.run(
+        [sys.executable, "-c", _PIN, "-" if index is None else str(index)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    cpu, main_thread, before, after = json.loads(out.stdout)
+    assert cpu == allowed[((index or 1) - 1) % len(allowed)]
+    assert main_thread == before == after == [cpu]

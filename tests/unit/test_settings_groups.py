@@ -26,6 +26,7 @@ VARIABLES: list[tuple[str, str, str, Any, dict[str, str]]] = [
     ("MEMORIA_LISTEN", "serve.listen", "127.0.0.1:7001", "127.0.0.1:7001", {}),
     ("MEMORIA_THREADS", "serve.threads", "7", 7, {}),
     ("MEMORIA_PROCESSES", "serve.processes", "3", 3, {}),
+    ("MEMORIA_PIN_CPU", "serve.pin_cpu", "true", True, {}),
     ("MEMORIA_PAGE_TOKEN_SECRET", "serve.page_token_secret", "pts", SecretStr("pts"), {}),
     ("MEMORIA_SHUTDOWN_GRACE_SECONDS", "serve.shutdown_grace_seconds", "2.5", 2.5, {}),
     ("MEMORIA_LOG_LEVEL", "serve.log_level", "DEBUG", "DEBUG", {}),

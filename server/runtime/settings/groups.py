@@ -90,6 +90,16 @@ class ServeSettings(SettingsGroup):
     """serving processes on the one port; more than 1 needs `--database-url` and `--qdrant-url`
     (refused on the embedded stores)"""
     env_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {"processes": ("MEMORIA_WORKERS",)}
+    # One CPU per serving process (server/runtime/processes.py, `pin_this_process`): the GIL
+    # moving between threads on different cores costs a wake-up across cores each time.
+    # Measured on 2 cores, 16 calls in flight, paired with an unpinned server (bench_ab.py;
+    # docs/decisions.md, "One CPU per serving process"): about 30% less CPU per call, 1.32x
+    # the no-op's calls, 1.18x the renders, 1.39x the rewrites. Off by default: on a host whose
+    # processes are not confined to CPUs of their own, every pinned server would pick the
+    # same first CPU.
+    pin_cpu: bool = False
+    """run each serving process on one CPU of those it may use: one process on the first, process i
+    of `--processes` on the i-th (round robin); Linux only"""
     page_token_secret: SecretStr | None = None
     """signs page tokens; set the same value on every replica. Unset: embedded, a random key kept in
     the data dir; PostgreSQL, random per process"""
