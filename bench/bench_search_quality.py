@@ -520,7 +520,7 @@ def floor_leave_one_out(principals: list[Any], embedder: str) -> None:
     table = floor.candidates(asked, lab.lab_for(asked, embedder, None))
     nothing = np.array([-np.inf])
     unfloored = floor.tally(table, "raw", nothing, nothing, "floor")[:, 0, 0]
-    keyword, semantic = floor.grids("exact", 1)
+    keyword, semantic = floor.grids("exact", 1, embedder)
     tallies = floor.tally(table, "exact", keyword, semantic, "gate")
     chosen, pooled = floor.choose(tallies, unfloored, "margin")
     print(

