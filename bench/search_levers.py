@@ -230,6 +230,16 @@ class Lab:
             out.append(np.stack([np.max(d @ q.T, axis=0) for d in docs], axis=1))
         return out
 
+    def dense_vectors(self, variant: str) -> list[list[Vector]]:
+        """Per principal, per turn: its windows' vectors under `variant` (embedded, or read
+        from the cache, by `dense_scores`)."""
+        self.dense_scores(variant)
+        return self._dense[variant]
+
+    def query_vectors(self, principal: str) -> Vector:
+        """A principal's questions' vectors, questions x dimensions."""
+        return self._queries[principal]
+
     def keyword_scores(self, variant: str, idf_scope: str) -> list[Vector]:
         """Per principal: questions x turns, BM25 as the engine scores it."""
         if (variant, idf_scope) not in self._keyword:
