@@ -50,13 +50,10 @@ unset PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGPASSWORD PGPASSFILE \
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
 REPO_ROOT="$(dirname -- "$SCRIPT_DIR")"
 readonly SCRIPT_DIR REPO_ROOT
-default_port() {
-    local sum
-    sum=$(printf '%s' "$REPO_ROOT" | cksum | cut -d' ' -f1)
-    echo $((20400 + 3 * (sum % 1000)))
-}
-PORT="${MEMORIA_CITUS_PORT:-$(default_port)}"
-readonly PORT
+# shellcheck source=scripts/lib.sh
+. "$SCRIPT_DIR/lib.sh"
+PORT="${MEMORIA_CITUS_PORT:-$(checkout_port 20400 3)}"
+readonly PORT PORT_VARIABLE=MEMORIA_CITUS_PORT PORT_LAST=65533 # a port per node
 readonly NODES=(c w1 w2)
 readonly DB_NAME=memoria
 WORKERS="${MEMORIA_CITUS_WORKERS:-2}"
@@ -81,13 +78,7 @@ base_dir() {
 BASE="$(base_dir)"
 readonly BASE
 
-log() { printf 'citus.sh: %s\n' "$*" >&2; }
-die() {
-    log "error: $*"
-    exit 1
-}
 
-is_root() { [[ $(id -u) -eq 0 ]]; }
 server_user() { if is_root; then echo postgres; else id -un; fi; }
 
 # As the server user, from / (our cwd may be unreadable to it), stdout to stderr, without the
@@ -132,11 +123,6 @@ export_lines() {
     printf 'export MEMORIA_TEST_CITUS_APP_URL=postgresql+psycopg://memoria_app:memoria_app@127.0.0.1:%s/%s\n' "$PORT" "$DB_NAME"
 }
 
-check_port() {
-    if ! [[ $PORT =~ ^[1-9][0-9]{0,4}$ ]] || ((PORT > 65533)); then
-        die "MEMORIA_CITUS_PORT must be a port number, got '$PORT'"
-    fi
-}
 
 # The minor version of the PostgreSQL 15 server in a bin directory (15.20 -> 20).
 minor_version() { "$1/postgres" --version | sed -E 's/.* 15\.([0-9]+).*/\1/'; }
@@ -313,10 +299,6 @@ setup_database() {
     register_workers "$1"
 }
 
-lock() {
-    exec 9>"$BASE/.lock"
-    flock -w 120 9 || die "timed out waiting for another citus.sh on $BASE"
-}
 
 cmd_start() {
     check_port

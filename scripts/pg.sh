@@ -48,24 +48,13 @@ unset PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGPASSWORD PGPASSFILE \
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
 REPO_ROOT="$(dirname -- "$SCRIPT_DIR")"
 readonly SCRIPT_DIR REPO_ROOT
-default_port() {
-    local sum
-    sum=$(printf '%s' "$REPO_ROOT" | cksum | cut -d' ' -f1)
-    echo $((12432 + sum % 1000))
-}
-PORT="${MEMORIA_PG_PORT:-$(default_port)}"
-readonly PORT
+# shellcheck source=scripts/lib.sh
+. "$SCRIPT_DIR/lib.sh"
+PORT="${MEMORIA_PG_PORT:-$(checkout_port 12432 1)}"
+readonly PORT PORT_VARIABLE=MEMORIA_PG_PORT PORT_LAST=65535
 readonly DB_NAME=memoria
 readonly SUPERUSER=postgres
 readonly READY_TIMEOUT_S=30
-
-log() { printf 'pg.sh: %s\n' "$*" >&2; }
-die() {
-    log "error: $*"
-    exit 1
-}
-
-is_root() { [[ $(id -u) -eq 0 ]]; }
 
 durable() { [[ ${MEMORIA_PG_DURABLE:-0} == 1 ]]; }
 
@@ -111,11 +100,6 @@ export_lines() {
     printf 'export MEMORIA_TEST_PG_APP_URL=postgresql+psycopg://memoria_app:memoria_app@127.0.0.1:%s/%s\n' "$PORT" "$DB_NAME"
 }
 
-check_port() {
-    if ! [[ $PORT =~ ^[1-9][0-9]{0,4}$ ]] || ((PORT > 65535)); then
-        die "MEMORIA_PG_PORT must be a port number, got '$PORT'"
-    fi
-}
 
 # Highest-versioned Debian server install. `pg_config --bindir` is not used:
 # it comes from libpq-dev / postgresql-common and may point at a client-only
@@ -233,10 +217,6 @@ pg_running() {
 running_port() { sed -n 4p "$DATA/postmaster.pid"; }
 running_socket_dir() { sed -n 5p "$DATA/postmaster.pid"; }
 
-lock() {
-    exec 9>"$BASE/.lock"
-    flock -w 120 9 || die "timed out waiting for another pg.sh on $BASE"
-}
 
 init_cluster() {
     log "initialising a new cluster in $DATA"
@@ -284,11 +264,6 @@ start_server() {
         fail_with_log "pg_ctl start failed"
 }
 
-fail_with_log() {
-    log "error: $1; last lines of $LOG:"
-    tail -n 30 -- "$LOG" >&2 || true
-    exit 1
-}
 
 wait_ready() {
     local sockdir="$1" port="$2" deadline=$((SECONDS + READY_TIMEOUT_S))

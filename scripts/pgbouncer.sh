@@ -32,25 +32,16 @@ unset PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGPASSWORD PGPASSFILE \
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
 REPO_ROOT="$(dirname -- "$SCRIPT_DIR")"
 readonly SCRIPT_DIR REPO_ROOT
-default_port() {
-    local sum
-    sum=$(printf '%s' "$REPO_ROOT" | cksum | cut -d' ' -f1)
-    echo $((16432 + sum % 1000))
-}
-PORT="${MEMORIA_PGBOUNCER_PORT:-$(default_port)}"
+# shellcheck source=scripts/lib.sh
+. "$SCRIPT_DIR/lib.sh"
+PORT="${MEMORIA_PGBOUNCER_PORT:-$(checkout_port 16432 1)}"
+readonly PORT_VARIABLE=MEMORIA_PGBOUNCER_PORT PORT_LAST=65535
 readonly PORT
 BASE="${MEMORIA_PGBOUNCER_DIR:-/tmp/memoria-pgbouncer-$PORT}"
 readonly BASE
 readonly BIN=/usr/sbin/pgbouncer
 readonly READY_TIMEOUT_S=30
 
-log() { printf 'pgbouncer.sh: %s\n' "$*" >&2; }
-die() {
-    log "error: $*"
-    exit 1
-}
-
-is_root() { [[ $(id -u) -eq 0 ]]; }
 run_user() { if is_root; then echo postgres; else id -un; fi; }
 
 # As the user PgBouncer runs as, from / (our cwd may be unreadable to it); stdout to stderr.
@@ -66,11 +57,6 @@ export_lines() {
     printf 'export MEMORIA_TEST_PGBOUNCER_URL=postgresql+psycopg://memoria_app:memoria_app@127.0.0.1:%s/memoria\n' "$PORT"
 }
 
-check_port() {
-    if ! [[ $PORT =~ ^[1-9][0-9]{0,4}$ ]] || ((PORT > 65535)); then
-        die "MEMORIA_PGBOUNCER_PORT must be a port number, got '$PORT'"
-    fi
-}
 
 ensure_binary() {
     [[ -x $BIN ]] && return 0
@@ -152,8 +138,7 @@ cmd_start() {
     fi
     [[ -d $BASE && ! -L $BASE && $(stat -c %U -- "$BASE") == "$(run_user)" ]] ||
         die "$BASE is not a directory owned by $(run_user); remove it (it is throwaway) and retry"
-    exec 9>"$BASE/.lock"
-    flock -w 60 9 || die "timed out waiting for another pgbouncer.sh on $BASE"
+    lock 60
     if running; then
         grep -q "port=$pg_port\$" "$BASE/pgbouncer.ini" ||
             die "the running PgBouncer points at another PostgreSQL port; run '$0 stop' first"

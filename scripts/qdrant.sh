@@ -34,33 +34,21 @@ set -euo pipefail
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
 REPO_ROOT="$(dirname -- "$SCRIPT_DIR")"
 readonly SCRIPT_DIR REPO_ROOT
-default_port() {
-    local sum
-    sum=$(printf '%s' "$REPO_ROOT" | cksum | cut -d' ' -f1)
-    echo $((26500 + 2 * (sum % 1000)))
-}
-PORT="${MEMORIA_TEST_QDRANT_PORT:-$(default_port)}"
+# shellcheck source=scripts/lib.sh
+. "$SCRIPT_DIR/lib.sh"
+PORT="${MEMORIA_TEST_QDRANT_PORT:-$(checkout_port 26500 2)}"
+readonly PORT_VARIABLE=MEMORIA_TEST_QDRANT_PORT PORT_LAST=65534 # gRPC on the next port
 BINARY="${MEMORIA_TEST_QDRANT_BIN:-$(dirname -- "$REPO_ROOT")/shared/qdrant/qdrant}"
 BASE="$(realpath -m -- "${MEMORIA_TEST_QDRANT_DIR:-$REPO_ROOT/.qdrant}")"
 readonly PORT BINARY BASE
 readonly PID_FILE="$BASE/qdrant.pid" LOG="$BASE/qdrant.log"
 readonly READY_TIMEOUT_S=60 STOP_TIMEOUT_S=30
 
-log() { printf 'qdrant.sh: %s\n' "$*" >&2; }
-die() {
-    log "error: $*"
-    exit 1
-}
 
 export_lines() {
     printf 'export MEMORIA_QDRANT_URL=http://127.0.0.1:%s\n' "$PORT"
 }
 
-check_port() {
-    if ! [[ $PORT =~ ^[1-9][0-9]{0,4}$ ]] || ((PORT > 65534)); then
-        die "MEMORIA_TEST_QDRANT_PORT must be a port number below 65535, got '$PORT'"
-    fi
-}
 
 # The pid and port of the server this directory's pid file names, if that process is still a
 # server running in this directory (a pid can be reused by another process after a reboot).
@@ -78,16 +66,7 @@ ready() {
     curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$1/readyz" 2>/dev/null
 }
 
-lock() {
-    exec 9>"$BASE/.lock"
-    flock -w 120 9 || die "timed out waiting for another qdrant.sh on $BASE"
-}
 
-fail_with_log() {
-    log "error: $1; last lines of $LOG:"
-    tail -n 30 -- "$LOG" >&2 || true
-    exit 1
-}
 
 start_server() {
     [[ -x $BINARY ]] ||
