@@ -35,6 +35,7 @@ from server.domain.model import (
     AuditQuery,
     Identity,
     InspectedHit,
+    SearchBounds,
     SearchHit,
     TurnKey,
     TurnRef,
@@ -62,13 +63,14 @@ class RenderView:
 
 @dataclass(frozen=True)
 class SearchView:
-    """A search made for the turn: the hits still held (text read now), best first, and how
-    many the search returned in all."""
+    """A search made for the turn: the hits still held (text read now), best first, how
+    many the search returned in all, and the bounds it was made with."""
 
     query: str
     search_time: datetime
     hits: tuple[SearchHit, ...]
     hit_count: int
+    bounds: SearchBounds
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,9 @@ class TurnInspector:
                         semantic_rank=h.semantic_rank,
                     )
                 )
-            search_views.append(SearchView(s.query, s.record_time, tuple(hits), len(s.hits)))
+            search_views.append(
+                SearchView(s.query, s.record_time, tuple(hits), len(s.hits), s.bounds)
+            )
         render_views = tuple(
             RenderView(r.etag, r.char_count, r.record_time, r.etag != current) for r in renders
         )

@@ -407,11 +407,13 @@ class RenderRecord:
 
 @dataclass(frozen=True)
 class SearchRecord:
-    """One search made for a turn: the sanitized query, when, and its hits best first."""
+    """One search made for a turn: the sanitized query, when, its hits best first, and the
+    bounds the caller gave it (none: every conversation, any time)."""
 
     query: str
     record_time: datetime
     hits: tuple[InspectedHit, ...]
+    bounds: SearchBounds = SearchBounds()
 
 
 @dataclass(frozen=True)

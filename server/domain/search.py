@@ -90,7 +90,8 @@ class ConversationSearch:
         """The caller's best-matching turns for `query` within `bounds` (None: everywhere),
         best first (see `fuse`). With `turn`, the query and the hits' ids and ranks are
         recorded for that turn (the inspector)."""
-        hits = self._search(who, query, page_size, turn, bounds or SearchBounds())
+        bounds = bounds or SearchBounds()
+        hits = self._search(who, query, page_size, turn, bounds)
         if turn is not None and self.inspections is not None:
             key = TurnKey(who.tenant_id, who.principal_id, turn.conversation_id, turn.turn_id)
             record = SearchRecord(
@@ -108,6 +109,7 @@ class ConversationSearch:
                     )
                     for h in hits
                 ),
+                bounds=bounds,  # as the caller gave them (the retention's cutoff is not theirs)
             )
             self.inspections.record_search(key, record)
         return hits

@@ -255,6 +255,9 @@ def inspection_message(view: Inspection) -> search_pb.TurnInspection:
                 search_time=timestamp(s.search_time),
                 hits=[search_hit_message(h) for h in s.hits],
                 hit_count=s.hit_count,
+                conversation_id=s.bounds.conversation_id or "",
+                start_time=timestamp(s.bounds.start_time),
+                end_time=timestamp(s.bounds.end_time),
             )
             for s in view.searches
         ],

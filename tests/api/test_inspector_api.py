@@ -5,7 +5,7 @@ retention. A real server on SQLite and on PostgreSQL (as the service role, so RL
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import grpc
 from sqlalchemy import func, select
@@ -16,8 +16,14 @@ from memoria.v1 import memory_block_service_pb2 as block_service_pb
 from server.adapters.sql.inspections import SqlInspectionStore
 from server.adapters.sql.tables import turn_inspections
 from server.runtime.builders import utc_now
-from tests.api.conftest import Api, Metadata, expect_error, field_violations
-from tests.api.test_search_api import index
+from tests.api.conftest import (
+    ON_POOLER_AND_CITUS,
+    Api,
+    Metadata,
+    expect_error,
+    field_violations,
+)
+from tests.api.test_search_api import WHEN, index, ts
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
@@ -97,9 +103,42 @@ def test_render_and_search_are_recorded_for_the_turn(api: Api) -> None:
         hits[0].score,
     )
     assert hit.text == hits[0].text  # read live from the index
+    # An unbounded search records no bounds.
+    assert record.conversation_id == ""
+    assert not record.HasField("start_time") and not record.HasField("end_time")
     # Another turn of the same conversation has its own (empty) record.
     other = inspect(api, ana, turn("c1", "t2"))
     assert (len(other.renders), len(other.searches), other.block_changed) == (0, 0, False)
+
+
+@ON_POOLER_AND_CITUS
+def test_a_bounded_search_is_recorded_with_its_bounds(api: Api) -> None:
+    """The conversation and the span a search was bounded to come back with its record, to
+    the microsecond, and each side left open stays unset; so a person reading "0 found" sees
+    where the model looked."""
+    ana = api.who("ana")
+    index(api, ana, "trip", "t0", "Which hotel did we book?", "The Alma, in Lisbon.")
+    start = WHEN - timedelta(days=7, microseconds=250)
+    end = WHEN + timedelta(hours=1, microseconds=7)
+    bounded = pb.SearchConversationsRequest(
+        query="hotel Lisbon",
+        turn=turn(),
+        conversation_id="trip",
+        start_time=ts(start),
+        end_time=ts(end),
+    )
+    found = api.search.SearchConversations(bounded, metadata=ana).hits
+    assert [h.turn_id for h in found] == ["t0"]
+    after_only = pb.SearchConversationsRequest(
+        query="hotel", turn=turn(), start_time=ts(WHEN + timedelta(days=1))
+    )
+    assert list(api.search.SearchConversations(after_only, metadata=ana).hits) == []
+    first, second = inspect(api, ana, turn()).searches
+    assert first.conversation_id == "trip"
+    assert (first.start_time.ToDatetime(UTC), first.end_time.ToDatetime(UTC)) == (start, end)
+    assert (first.hit_count, second.hit_count) == (1, 0)
+    assert second.conversation_id == "" and not second.HasField("end_time")
+    assert second.start_time.ToDatetime(UTC) == WHEN + timedelta(days=1)
 
 
 def test_without_a_turn_nothing_is_recorded(api: Api) -> None:

@@ -26,7 +26,9 @@ def test_each_line_shows_its_origin_and_the_turn_it_came_from(person: Person) ->
     # Turn 1 of "trip": the model reads its section, searches and saves two lines.
     adapter.start_turn("trip", "1")
     assert "Personal memory" in adapter.prompt_section()
-    searched = adapter.execute("conversation_search", {"query": "window seat"})
+    searched = adapter.execute(
+        "conversation_search", {"query": "window seat", "start_time": "2026-10-01"}
+    )
     assert not searched.is_error
     saved = adapter.execute(
         "memory_rewrite", {"text": "Preferred name: Ana\nJira account: acct-7731"}
@@ -89,7 +91,8 @@ def test_each_line_shows_its_origin_and_the_turn_it_came_from(person: Person) ->
     expect(page.locator("#inspection-title")).to_have_text("What turn 1 of trip used")
     expect(inspection.locator(".render")).to_contain_text("Memory loaded")
     expect(inspection.locator(".render")).to_contain_text("(your memory has changed since)")
-    expect(inspection.locator(".search")).to_contain_text("Searched for “window seat”")
+    # The search's bounds are shown with it (where the model looked).
+    expect(inspection.locator(".search")).to_contain_text("Searched for “window seat” from ")
     expect(inspection.locator(".write")).to_contain_text("The assistant changed the memory")
     expect(inspection.locator(".write .added")).to_have_text(
         ["+ Preferred name: Ana", "+ Jira account: acct-7731"]

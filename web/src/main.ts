@@ -578,7 +578,7 @@ async function inspectTurn(conversationId: string, turnId: string, opener: HTMLE
   }
   for (const search of searches) {
     const block = element("div", "", "search");
-    block.append(element("p", `Searched for “${search.query}” ${when(search.searchTime)}: ${search.hitCount} found`));
+    block.append(element("p", `Searched for “${search.query}”${scope(search)} ${when(search.searchTime)}: ${search.hitCount} found`));
     const hits = element("ol");
     for (const hit of search.hits) {
       hits.append(
@@ -608,6 +608,15 @@ async function inspectTurn(conversationId: string, turnId: string, opener: HTMLE
   const failed = inspection?.failedWriteCount ?? 0;
   if (failed > 0) body.append(element("p", `${failed} attempted change${failed === 1 ? "" : "s"} to the memory failed.`, "failed"));
   $("inspection-title").focus(); // scrolls it into view too
+}
+
+/** Where a search looked, when the model bounded it: " in conversation c, from D, before D". */
+function scope(search: { conversationId: string; startTime?: Timestamp; endTime?: Timestamp }): string {
+  const parts = [];
+  if (search.conversationId) parts.push(`in conversation ${search.conversationId}`);
+  if (search.startTime) parts.push(`from ${when(search.startTime)}`);
+  if (search.endTime) parts.push(`before ${when(search.endTime)}`);
+  return parts.length > 0 ? ` ${parts.join(", ")}` : "";
 }
 
 /** Empties and hides the inspector (its conversation was deleted, the data erased, the person

@@ -41,6 +41,7 @@ from server.adapters.thread_names import name_os_thread
 from server.domain.model import (
     InspectedHit,
     RenderRecord,
+    SearchBounds,
     SearchRecord,
     TurnKey,
     TurnRecords,
@@ -62,6 +63,7 @@ _COLUMNS = (
     "char_count",
     "query",
     "hits",
+    "bounds",
 )
 
 
@@ -129,7 +131,15 @@ class SqlInspectionStore:
     def read(self, key: TurnKey) -> TurnRecords:
         """See `InspectionStore.read`."""
         stmt = (
-            select(_i.c.kind, _i.c.record_time, _i.c.etag, _i.c.char_count, _i.c.query, _i.c.hits)
+            select(
+                _i.c.kind,
+                _i.c.record_time,
+                _i.c.etag,
+                _i.c.char_count,
+                _i.c.query,
+                _i.c.hits,
+                _i.c.bounds,
+            )
             .where(*_turn_is(key))
             .order_by(_i.c.record_id)
         )
@@ -138,14 +148,14 @@ class SqlInspectionStore:
         failed = 0
         with self._db.transaction(key.tenant_id) as tx:
             rows = tx.connection.execute(stmt).all()
-        for kind, when, etag, char_count, query, hits in rows:
+        for kind, when, etag, char_count, query, hits, bounds in rows:
             if kind == RENDER:
                 renders.append(RenderRecord(etag, char_count, as_utc(when)))
             elif kind == FAILED_WRITE:
                 failed += 1
             else:
                 parsed = tuple(_hit_of(h) for h in hits or ())
-                searches.append(SearchRecord(query or "", as_utc(when), parsed))
+                searches.append(SearchRecord(query or "", as_utc(when), parsed, _bounds_of(bounds)))
         return TurnRecords(tuple(renders), tuple(searches), failed)
 
     def purge(self, before: datetime, limit: int) -> int:
@@ -167,7 +177,7 @@ class SqlInspectionStore:
 
 
 _SQLITE_ROWS = 1024
-"""Most rows in one SQLite INSERT (10 parameters each; SQLite allows 32,766)."""
+"""Most rows in one SQLite INSERT (11 parameters each; SQLite allows 32,766)."""
 
 
 def _insert(postgres: bool) -> Callable[[Connection, list[tuple[Any, ...]]], None]:
@@ -185,7 +195,7 @@ def _insert(postgres: bool) -> Callable[[Connection, list[tuple[Any, ...]]], Non
     VALUES list (bound in C; its JSON functions parse the text again for every field read)."""
     columns = ", ".join(_COLUMNS)
     if postgres:
-        casts = {5: "timestamptz", 7: "integer", 9: "json"}
+        casts = {5: "timestamptz", 7: "integer", 9: "json", 10: "json"}
         picked = ", ".join(
             f"CAST(r.v ->> {i} AS {casts[i]})" if i in casts else f"r.v ->> {i}"
             for i in range(len(_COLUMNS))
@@ -337,6 +347,7 @@ def _insert_citus(conn: Connection, tenant: str, rows: list[tuple[Any, ...]]) ->
 def _row(key: TurnKey, record: Record) -> tuple[Any, ...]:
     """One record's values in the order of `_COLUMNS`; the hits as JSON text (no text of the
     turns, see `_hit_json`), None for a record that has none."""
+    bounds = None
     if isinstance(record, RenderRecord):
         kind, etag, count, query, hits = RENDER, record.etag, record.char_count, None, None
     elif isinstance(record, FailedWrite):
@@ -344,6 +355,7 @@ def _row(key: TurnKey, record: Record) -> tuple[Any, ...]:
     else:
         kind, etag, count = SEARCH, "", 0
         query, hits = record.query, json.dumps([_hit_json(h) for h in record.hits])
+        bounds = _bounds_json(record.bounds)
     return (
         key.tenant_id,
         key.principal_id,
@@ -355,6 +367,7 @@ def _row(key: TurnKey, record: Record) -> tuple[Any, ...]:
         count,
         query,
         hits,
+        bounds,
     )
 
 
@@ -536,6 +549,30 @@ def _hit_json(hit: InspectedHit) -> dict[str, Any]:
         "k": hit.keyword_rank,
         "m": hit.semantic_rank,
     }
+
+
+def _bounds_json(bounds: SearchBounds) -> str | None:
+    """A search's bounds as stored (migration 0015): the conversation id and the times in
+    microseconds, each key only when set; None for a search without bounds."""
+    data: dict[str, Any] = {}
+    if bounds.conversation_id is not None:
+        data["c"] = bounds.conversation_id
+    if bounds.start_time is not None:
+        data["s"] = to_epoch_micros(bounds.start_time)
+    if bounds.end_time is not None:
+        data["e"] = to_epoch_micros(bounds.end_time)
+    return json.dumps(data) if data else None
+
+
+def _bounds_of(data: dict[str, Any] | None) -> SearchBounds:
+    if not data:
+        return SearchBounds()
+    start, end = data.get("s"), data.get("e")
+    return SearchBounds(
+        conversation_id=data.get("c"),
+        start_time=None if start is None else from_epoch_micros(int(start)),
+        end_time=None if end is None else from_epoch_micros(int(end)),
+    )
 
 
 def _hit_of(data: dict[str, Any]) -> InspectedHit:

@@ -163,6 +163,7 @@ turn_inspections = Table(
     Column("char_count", Integer, nullable=False, server_default="0"),
     Column("query", Text, nullable=True),
     Column("hits", JSON, nullable=True),
+    Column("bounds", JSON, nullable=True),  # a search's, as given; NULL: none (0015)
     Index(
         "turn_inspections_turn_idx",
         "tenant_id",

@@ -1141,7 +1141,18 @@ type SearchRecord struct {
 	// the index holds it now: empty when that chunk is no longer indexed.
 	Hits []*SearchHit `protobuf:"bytes,3,rep,name=hits,proto3" json:"hits,omitempty"`
 	// How many hits the search returned, including any left out above.
-	HitCount      int32 `protobuf:"varint,4,opt,name=hit_count,json=hitCount,proto3" json:"hit_count,omitempty"`
+	HitCount int32 `protobuf:"varint,4,opt,name=hit_count,json=hitCount,proto3" json:"hit_count,omitempty"`
+	// The conversation the search was bounded to
+	// (SearchConversationsRequest.conversation_id); empty when it searched every
+	// conversation. Searches recorded before bounds were recorded show none.
+	ConversationId string `protobuf:"bytes,5,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// The earliest turn time the search asked for (its `start_time`); unset
+	// when it set none. The tenant's retention may have narrowed the search
+	// further: that cutoff is not recorded here.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// The turn time the search asked its turns to be before (its `end_time`);
+	// unset when it set none.
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1202,6 +1213,27 @@ func (x *SearchRecord) GetHitCount() int32 {
 		return x.HitCount
 	}
 	return 0
+}
+
+func (x *SearchRecord) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *SearchRecord) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *SearchRecord) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
 }
 
 // ExportPrincipalDataRequest asks for one page of the caller's export.
@@ -2020,13 +2052,17 @@ const file_memoria_v1_conversation_search_service_proto_rawDesc = "" +
 	"char_count\x18\x02 \x01(\x05R\tcharCount\x12;\n" +
 	"\vrender_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"renderTime\x12#\n" +
-	"\rblock_changed\x18\x04 \x01(\bR\fblockChanged\"\xa9\x01\n" +
+	"\rblock_changed\x18\x04 \x01(\bR\fblockChanged\"\xc4\x02\n" +
 	"\fSearchRecord\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12;\n" +
 	"\vsearch_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"searchTime\x12)\n" +
 	"\x04hits\x18\x03 \x03(\v2\x15.memoria.v1.SearchHitR\x04hits\x12\x1b\n" +
-	"\thit_count\x18\x04 \x01(\x05R\bhitCount\"X\n" +
+	"\thit_count\x18\x04 \x01(\x05R\bhitCount\x12'\n" +
+	"\x0fconversation_id\x18\x05 \x01(\tR\x0econversationId\x129\n" +
+	"\n" +
+	"start_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"X\n" +
 	"\x1aExportPrincipalDataRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -2160,39 +2196,41 @@ var file_memoria_v1_conversation_search_service_proto_depIdxs = []int32{
 	26, // 15: memoria.v1.RenderRecord.render_time:type_name -> google.protobuf.Timestamp
 	26, // 16: memoria.v1.SearchRecord.search_time:type_name -> google.protobuf.Timestamp
 	5,  // 17: memoria.v1.SearchRecord.hits:type_name -> memoria.v1.SearchHit
-	18, // 18: memoria.v1.ExportPrincipalDataResponse.records:type_name -> memoria.v1.ExportRecord
-	29, // 19: memoria.v1.ExportRecord.settings:type_name -> memoria.v1.MemorySettings
-	30, // 20: memoria.v1.ExportRecord.memory_block:type_name -> memoria.v1.MemoryBlock
-	31, // 21: memoria.v1.ExportRecord.audit_event:type_name -> memoria.v1.AuditEvent
-	19, // 22: memoria.v1.ExportRecord.turn:type_name -> memoria.v1.ExportedTurn
-	20, // 23: memoria.v1.ExportRecord.deleted_conversation:type_name -> memoria.v1.DeletedConversation
-	26, // 24: memoria.v1.ExportedTurn.turn_time:type_name -> google.protobuf.Timestamp
-	26, // 25: memoria.v1.DeletedConversation.delete_time:type_name -> google.protobuf.Timestamp
-	23, // 26: memoria.v1.ListConversationsResponse.conversations:type_name -> memoria.v1.Conversation
-	26, // 27: memoria.v1.Conversation.first_turn_time:type_name -> google.protobuf.Timestamp
-	26, // 28: memoria.v1.Conversation.last_turn_time:type_name -> google.protobuf.Timestamp
-	19, // 29: memoria.v1.ListConversationTurnsResponse.turns:type_name -> memoria.v1.ExportedTurn
-	1,  // 30: memoria.v1.ConversationSearchService.IndexTurn:input_type -> memoria.v1.IndexTurnRequest
-	3,  // 31: memoria.v1.ConversationSearchService.SearchConversations:input_type -> memoria.v1.SearchConversationsRequest
-	6,  // 32: memoria.v1.ConversationSearchService.DeleteConversation:input_type -> memoria.v1.DeleteConversationRequest
-	8,  // 33: memoria.v1.ConversationSearchService.ErasePrincipalData:input_type -> memoria.v1.ErasePrincipalDataRequest
-	10, // 34: memoria.v1.ConversationSearchService.GetTurnInspection:input_type -> memoria.v1.GetTurnInspectionRequest
-	16, // 35: memoria.v1.ConversationSearchService.ExportPrincipalData:input_type -> memoria.v1.ExportPrincipalDataRequest
-	21, // 36: memoria.v1.ConversationSearchService.ListConversations:input_type -> memoria.v1.ListConversationsRequest
-	24, // 37: memoria.v1.ConversationSearchService.ListConversationTurns:input_type -> memoria.v1.ListConversationTurnsRequest
-	2,  // 38: memoria.v1.ConversationSearchService.IndexTurn:output_type -> memoria.v1.IndexTurnResponse
-	4,  // 39: memoria.v1.ConversationSearchService.SearchConversations:output_type -> memoria.v1.SearchConversationsResponse
-	7,  // 40: memoria.v1.ConversationSearchService.DeleteConversation:output_type -> memoria.v1.DeleteConversationResponse
-	9,  // 41: memoria.v1.ConversationSearchService.ErasePrincipalData:output_type -> memoria.v1.ErasePrincipalDataResponse
-	11, // 42: memoria.v1.ConversationSearchService.GetTurnInspection:output_type -> memoria.v1.GetTurnInspectionResponse
-	17, // 43: memoria.v1.ConversationSearchService.ExportPrincipalData:output_type -> memoria.v1.ExportPrincipalDataResponse
-	22, // 44: memoria.v1.ConversationSearchService.ListConversations:output_type -> memoria.v1.ListConversationsResponse
-	25, // 45: memoria.v1.ConversationSearchService.ListConversationTurns:output_type -> memoria.v1.ListConversationTurnsResponse
-	38, // [38:46] is the sub-list for method output_type
-	30, // [30:38] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	26, // 18: memoria.v1.SearchRecord.start_time:type_name -> google.protobuf.Timestamp
+	26, // 19: memoria.v1.SearchRecord.end_time:type_name -> google.protobuf.Timestamp
+	18, // 20: memoria.v1.ExportPrincipalDataResponse.records:type_name -> memoria.v1.ExportRecord
+	29, // 21: memoria.v1.ExportRecord.settings:type_name -> memoria.v1.MemorySettings
+	30, // 22: memoria.v1.ExportRecord.memory_block:type_name -> memoria.v1.MemoryBlock
+	31, // 23: memoria.v1.ExportRecord.audit_event:type_name -> memoria.v1.AuditEvent
+	19, // 24: memoria.v1.ExportRecord.turn:type_name -> memoria.v1.ExportedTurn
+	20, // 25: memoria.v1.ExportRecord.deleted_conversation:type_name -> memoria.v1.DeletedConversation
+	26, // 26: memoria.v1.ExportedTurn.turn_time:type_name -> google.protobuf.Timestamp
+	26, // 27: memoria.v1.DeletedConversation.delete_time:type_name -> google.protobuf.Timestamp
+	23, // 28: memoria.v1.ListConversationsResponse.conversations:type_name -> memoria.v1.Conversation
+	26, // 29: memoria.v1.Conversation.first_turn_time:type_name -> google.protobuf.Timestamp
+	26, // 30: memoria.v1.Conversation.last_turn_time:type_name -> google.protobuf.Timestamp
+	19, // 31: memoria.v1.ListConversationTurnsResponse.turns:type_name -> memoria.v1.ExportedTurn
+	1,  // 32: memoria.v1.ConversationSearchService.IndexTurn:input_type -> memoria.v1.IndexTurnRequest
+	3,  // 33: memoria.v1.ConversationSearchService.SearchConversations:input_type -> memoria.v1.SearchConversationsRequest
+	6,  // 34: memoria.v1.ConversationSearchService.DeleteConversation:input_type -> memoria.v1.DeleteConversationRequest
+	8,  // 35: memoria.v1.ConversationSearchService.ErasePrincipalData:input_type -> memoria.v1.ErasePrincipalDataRequest
+	10, // 36: memoria.v1.ConversationSearchService.GetTurnInspection:input_type -> memoria.v1.GetTurnInspectionRequest
+	16, // 37: memoria.v1.ConversationSearchService.ExportPrincipalData:input_type -> memoria.v1.ExportPrincipalDataRequest
+	21, // 38: memoria.v1.ConversationSearchService.ListConversations:input_type -> memoria.v1.ListConversationsRequest
+	24, // 39: memoria.v1.ConversationSearchService.ListConversationTurns:input_type -> memoria.v1.ListConversationTurnsRequest
+	2,  // 40: memoria.v1.ConversationSearchService.IndexTurn:output_type -> memoria.v1.IndexTurnResponse
+	4,  // 41: memoria.v1.ConversationSearchService.SearchConversations:output_type -> memoria.v1.SearchConversationsResponse
+	7,  // 42: memoria.v1.ConversationSearchService.DeleteConversation:output_type -> memoria.v1.DeleteConversationResponse
+	9,  // 43: memoria.v1.ConversationSearchService.ErasePrincipalData:output_type -> memoria.v1.ErasePrincipalDataResponse
+	11, // 44: memoria.v1.ConversationSearchService.GetTurnInspection:output_type -> memoria.v1.GetTurnInspectionResponse
+	17, // 45: memoria.v1.ConversationSearchService.ExportPrincipalData:output_type -> memoria.v1.ExportPrincipalDataResponse
+	22, // 46: memoria.v1.ConversationSearchService.ListConversations:output_type -> memoria.v1.ListConversationsResponse
+	25, // 47: memoria.v1.ConversationSearchService.ListConversationTurns:output_type -> memoria.v1.ListConversationTurnsResponse
+	40, // [40:48] is the sub-list for method output_type
+	32, // [32:40] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_memoria_v1_conversation_search_service_proto_init() }

@@ -644,10 +644,18 @@ class SearchRecord(_message.Message):
     SEARCH_TIME_FIELD_NUMBER: _builtins.int
     HITS_FIELD_NUMBER: _builtins.int
     HIT_COUNT_FIELD_NUMBER: _builtins.int
+    CONVERSATION_ID_FIELD_NUMBER: _builtins.int
+    START_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """The query as searched (sanitized), at most 4,000 characters."""
     hit_count: _builtins.int
     """How many hits the search returned, including any left out above."""
+    conversation_id: _builtins.str
+    """The conversation the search was bounded to
+    (SearchConversationsRequest.conversation_id); empty when it searched every
+    conversation. Searches recorded before bounds were recorded show none.
+    """
     @_builtins.property
     def search_time(self) -> _timestamp_pb2.Timestamp:
         """When the search was made."""
@@ -659,6 +667,19 @@ class SearchRecord(_message.Message):
         the index holds it now: empty when that chunk is no longer indexed.
         """
 
+    @_builtins.property
+    def start_time(self) -> _timestamp_pb2.Timestamp:
+        """The earliest turn time the search asked for (its `start_time`); unset
+        when it set none. The tenant's retention may have narrowed the search
+        further: that cutoff is not recorded here.
+        """
+
+    @_builtins.property
+    def end_time(self) -> _timestamp_pb2.Timestamp:
+        """The turn time the search asked its turns to be before (its `end_time`);
+        unset when it set none.
+        """
+
     def __init__(
         self,
         *,
@@ -666,10 +687,13 @@ class SearchRecord(_message.Message):
         search_time: _timestamp_pb2.Timestamp | None = ...,
         hits: _abc.Iterable[Global___SearchHit] | None = ...,
         hit_count: _builtins.int = ...,
+        conversation_id: _builtins.str = ...,
+        start_time: _timestamp_pb2.Timestamp | None = ...,
+        end_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["search_time", b"search_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "search_time", b"search_time", "start_time", b"start_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hit_count", b"hit_count", "hits", b"hits", "query", b"query", "search_time", b"search_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation_id", b"conversation_id", "end_time", b"end_time", "hit_count", b"hit_count", "hits", b"hits", "query", b"query", "search_time", b"search_time", "start_time", b"start_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
