@@ -345,8 +345,9 @@ def _insert_citus(conn: Connection, tenant: str, rows: list[tuple[Any, ...]]) ->
 
 
 def _row(key: TurnKey, record: Record) -> tuple[Any, ...]:
-    """One record's values in the order of `_COLUMNS`; the hits as JSON text (no text of the
-    turns, see `_hit_json`), None for a record that has none."""
+    """One record's values in the order of `_COLUMNS`; a search's hits and bounds as JSON text
+    (no text of the turns, see `_hit_json` and `_bounds_json`), None for a record that has
+    none."""
     bounds = None
     if isinstance(record, RenderRecord):
         kind, etag, count, query, hits = RENDER, record.etag, record.char_count, None, None
