@@ -38,6 +38,7 @@ from server.domain.model import (
     SearchBounds,
     SearchHit,
     TurnKey,
+    TurnRecords,
     TurnRef,
     Writer,
 )
@@ -137,12 +138,16 @@ class TurnInspector:
             raise invalid(*violations)
         key = TurnKey(who.tenant_id, who.principal_id, turn.conversation_id, turn.turn_id)
         since = self._clock() - self._retention
-        records = self._inspections.read(key)
+        deleted = self._turns.deleted_conversations(who.tenant_id, who.principal_id)
+        # A deleted conversation's turn shows nothing it read: its records go with it in the
+        # deleting transaction, and where a store cannot make that atomic (Citus checks the
+        # tombstones and inserts a batch in two statements) a record that raced the deletion
+        # is still never shown; retention removes it.
+        records = TurnRecords() if turn.conversation_id in deleted else self._inspections.read(key)
         renders = [r for r in records.renders if r.record_time >= since]
         searches = [s for s in records.searches if s.record_time >= since]
         block = self._memory.read(who.tenant_id, who.principal_id).block
         current = block.etag if block is not None else ""
-        deleted = self._turns.deleted_conversations(who.tenant_id, who.principal_id)
         kept_since = self._kept.since(who.tenant_id)
 
         def gone(hit: InspectedHit) -> bool:

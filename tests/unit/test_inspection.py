@@ -134,6 +134,24 @@ def test_hits_are_read_live_and_deleted_conversations_left_out(parts: Parts) -> 
     assert all(("gone", "t1") not in asked for asked in index.asked)  # never even read
 
 
+def test_a_deleted_conversations_turn_shows_none_of_its_records(parts: Parts) -> None:
+    """Records that outlived their conversation's deletion (on Citus a batch can race it) are
+    never shown for its turns; other conversations' turns still show theirs."""
+    _, records, turns, index, _ = parts
+    other = TurnKey("acme", "ana", "c2", "t1")
+    for key in (KEY, other):
+        records.record_render(key, RenderRecord("e1", 9, T0))
+        records.record_search(key, SearchRecord("where is the key", T0, (hit("c2", "t1"),)))
+        records.record_failed_write(key, T0)
+    index.chunks = {("c2", "t1"): ("under the flowerpot",)}
+    turns.deleted = frozenset({"c1"})
+    got = inspector(parts).inspect(ANA, TURN)
+    assert (got.renders, got.searches, got.failed_write_count) == ((), (), 0)
+    kept = inspector(parts).inspect(ANA, TurnRef("c2", "t1"))
+    assert (len(kept.renders), len(kept.searches), kept.failed_write_count) == (1, 1, 1)
+    assert [h.text for h in kept.searches[0].hits] == ["under the flowerpot"]
+
+
 def test_records_past_the_retention_are_not_shown_and_are_purged(parts: Parts) -> None:
     _, records, _, _, clock = parts
     records.record_render(KEY, RenderRecord("old", 1, T0 - timedelta(days=31)))

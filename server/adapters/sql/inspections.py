@@ -328,8 +328,8 @@ def _insert_citus(conn: Connection, tenant: str, rows: list[tuple[Any, ...]]) ->
     correlated with rows from a function, against a distributed table, and it runs an
     INSERT ... SELECT from a function as a COPY, which a table with row-level security refuses.
     The check and the insert are two statements here, so a deletion committed between them
-    leaves the few records of that batch (the erasure and the conversation's deletion of a
-    later call remove them)."""
+    leaves the few records of that batch: the inspector never shows a deleted conversation's
+    turn (`TurnInspector.inspect`), and retention removes them."""
     principals = sorted({row[1] for row in rows})
     conversations = sorted({row[2] for row in rows})
     gone = set(
