@@ -32,7 +32,7 @@ flight served about 1.5 times the requests pinned (bench/README.md, "Latest figu
 
 Usage (from the repository root)::
 
-    .venv/bin/python bench/bench_inspector.py                 # durable PostgreSQL, ~3 min
+    .venv/bin/python bench/bench_inspector.py                 # durable PostgreSQL, ~9 min
     .venv/bin/python bench/bench_inspector.py --sqlite        # the embedded default
     .venv/bin/python bench/bench_inspector.py --duration 2 --rounds 1   # quicker, noisier
     .venv/bin/python bench/bench_inspector.py --pin           # server and ghz on separate CPUs
@@ -134,12 +134,11 @@ def _children_cpu_seconds() -> float:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    # Many short rounds: one round's turn/plain ratio at 16 in flight ranges 0.69-1.21 on the
-    # reference machine, and medians of 4-8 rounds of the same inspector code ran 0.85-0.92; 10
-    # rounds of 2 s take about the time of 5 of 3 s (two runs of 10 and 12 such rounds on
-    # SQLite: 0.91 and 0.91; bench/README.md).
-    parser.add_argument("--duration", type=float, default=2.0, help="seconds per ghz run")
-    parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds")
+    # Many rounds: one round's turn/plain ratio at 16 in flight ranges 0.68-1.21 on the
+    # reference machine, so medians of 4-12 rounds of the same inspector code ran 0.85-0.96;
+    # 20 rounds of 3 s (about 9 minutes a store) gave 0.87 on both stores (bench/README.md).
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per ghz run")
+    parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds")
     parser.add_argument("--sqlite", action="store_true", help="the embedded SQLite default")
     parser.add_argument(
         "--pin",
