@@ -31,7 +31,7 @@ each also gets the query embedding latency measured in this process (every quest
 one thread, as the server runs it). A model other than the two MiniLMs is served through
 bench/serve_embedder.py, which builds the same server with that embedder.
 
-Exit status: 0 when every target of issue 13 is met (by every model measured), 1 when one
+Exit status: 0 when every target of issue 24 item 6 is met (by every model measured), 1 when one
 is not (listed), 2 when the data is absent or the setup fails.
 
     .venv/bin/python bench/bench_search_quality.py                  # ../shared/eval/locomo-dev
@@ -80,7 +80,8 @@ MODES = ("hybrid", "keyword", "semantic")
 CUTOFFS = (1, 5, 10)
 PAGE_SIZE = 10
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-TARGETS = {"recall@1": 0.48, "recall@5": 0.82, "recall@10": 0.88, "mrr@10": 0.62}
+# Issue 24 item 6 (issue 13 asked 0.48 / 0.82 / 0.88 / 0.62, met by both models).
+TARGETS = {"recall@1": 0.50, "recall@5": 0.84, "recall@10": 0.90, "mrr@10": 0.64}
 TARGET_P50_MS = 30.0
 CALL_TIMEOUT_S = 30.0
 INDEX_TIMEOUT_S = 1800.0
@@ -592,7 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failed:
         print("\nNOT MET:\n  " + "\n  ".join(failed))
         return 1
-    print("\nOK: every target of issue 13 is met")
+    print("\nOK: every target of issue 24 item 6 is met")
     return 0
 
 
