@@ -154,16 +154,18 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def embedded(make_lab: Callable[[], Lab], label: str, cache: Path | None) -> list[Vector]:
-    """The semantic scores of the lab `make_lab` builds, and the CPU time its embedding took:
-    every question, and every turn unless `cache` already held them."""
+def embedded(
+    make_lab: Callable[[], Lab], label: str, cache: Path | None
+) -> tuple[Lab, list[Vector]]:
+    """The lab `make_lab` builds and its semantic scores, saying the CPU time the embedding
+    took: every question, and every turn unless `cache` already held them."""
     started = cpu_seconds()
     lab = make_lab()
     cached = cache is not None and (cache / f"{lab.cache_prefix}-own.pickle").exists()
     scores = lab.dense_scores("own")
     what = "the questions (turns from the cache)" if cached else "every turn and question"
     print(f"  ({label}: {cpu_seconds() - started:.1f} s of CPU to embed {what})", flush=True)
-    return scores
+    return lab, scores
 
 
 def fusion(share: float) -> Ranker:
@@ -187,16 +189,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     turns = sum(len(p.turns) for p in principals)
     print(f"{turns} turns, {sum(len(p.questions) for p in principals)} questions")
-    minilm = embedded(lambda: lab_for(principals, "minilm-int8", args.cache), "MiniLM", args.cache)
+    _, minilm = embedded(
+        lambda: lab_for(principals, "minilm-int8", args.cache), "MiniLM", args.cache
+    )
     encoder = OnnxEncoder(args.model_dir, ENCODERS[args.encoder])
-    labs: list[Lab] = []
-
-    def encoder_lab() -> Lab:
-        labs.append(Lab(principals, encoder, args.cache, f"dense-{args.encoder}"))
-        return labs[0]
-
-    dense = embedded(encoder_lab, args.encoder, args.cache)
-    lab = labs[0]
+    lab, dense = embedded(
+        lambda: Lab(principals, encoder, args.cache, f"dense-{args.encoder}"),
+        args.encoder,
+        args.cache,
+    )
 
     sem_only: Ranker = lambda a, b: ranked(b, 10)  # noqa: E731
     kw_only: Ranker = lambda a, b: [i for i in ranked(a, 10) if a[i] > 0]  # noqa: E731
