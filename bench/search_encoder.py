@@ -9,9 +9,11 @@ as bench/search_levers.py (the same turns, questions, scoring and engine-exact k
 scores) and prints, beside the service:
 
 - the encoder alone, and the hybrid with the service's fusion and keyword context unchanged;
-- one grid chosen leave-one-conversation-out (the setting best on three files by the mean of
+- grids chosen leave-one-conversation-out (the setting best on three files by the mean of
   the four figures, scored on the fourth, pooled): the keyword share of the min-max fusion x
-  the keyword side's neighbouring-chunk context (`ctx<before>+<after>@<weight>`);
+  the keyword side's neighbouring-chunk context (`ctx<before>+<after>@<weight>`), for the
+  encoder's windows alone and with a context vector per turn (`dense_context`) at each of
+  DENSE_CONTEXTS, each side on its own and then all of them as one grid;
 - the targets with hit counts, the hybrid against each side alone, and the CPU time the
   encoder took per turn (one thread, one window a run) beside the service's model.
 
@@ -88,6 +90,8 @@ ENCODERS = {
 
 SHARES = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)
 CONTEXTS = tuple(f"ctx{n}+{n}@{w:g}" for n in (1, 2) for w in (0.3, 0.35, 0.4, 0.45, 0.5))
+DENSE_CONTEXTS = (0.2, 0.35, 0.5)
+"""Weights of the neighbours in a turn's context vector (`dense_context`), beside none."""
 
 
 class OnnxEncoder:
@@ -177,6 +181,31 @@ def keyword_scores(lab: Lab, context: str) -> list[Vector]:
     return Matrices(lab.keyword_documents(context), lab).scores()
 
 
+def dense_context(lab: Lab, weight: float) -> list[Vector]:
+    """The semantic side with one more vector per turn, its context: the unit vector of its
+    own vector plus `weight` times each neighbour's (the turn just before and just after it
+    in its conversation), a turn's vector being the mean of its windows' made unit. A turn
+    scores its best cosine over its windows and that vector (MAX_SIM, as the index scores a
+    multivector), so the context only ever adds a way to be found. It is made of stored
+    vectors, no text embedded again: the keyword side's context (server/domain/context.py)
+    for meaning, which finds a turn whose answer only makes sense after the one before it."""
+    out = []
+    for p, windows in zip(lab.principals, lab.dense_vectors("own"), strict=True):
+        own = np.stack([w.mean(axis=0) for w in windows])
+        own /= np.linalg.norm(own, axis=1, keepdims=True)
+        context = own.copy()
+        conversation = [t.conversation_id for t in p.turns]
+        for i in range(len(own)):
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(own) and conversation[j] == conversation[i]:
+                    context[i] += weight * own[j]
+        context /= np.linalg.norm(context, axis=1, keepdims=True)
+        q = lab.query_vectors(p.name)
+        best = np.stack([np.max(w @ q.T, axis=0) for w in windows], axis=1)
+        out.append(np.maximum(best, q @ context.T).astype(np.float32))
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--model-dir", type=Path, required=True, help="the unpacked jar's files")
@@ -213,24 +242,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  hybrid, the service's fusion and context  {fmt(same.row())}")
 
     keyword = {context: keyword_scores(lab, context) for context in CONTEXTS}
-    grid: dict[str, list[Scores]] = {
-        f"K={share:g} {context}": per_file(principals, keyword[context], dense, fusion(share))
-        for share in SHARES
-        for context in CONTEXTS
+    sides = {"own": dense} | {f"dense-ctx@{w:g}": dense_context(lab, w) for w in DENSE_CONTEXTS}
+    grids: dict[str, dict[str, list[Scores]]] = {
+        side: {
+            f"{side} K={share:g} {context}": per_file(
+                principals, keyword[context], scores, fusion(share)
+            )
+            for share in SHARES
+            for context in CONTEXTS
+        }
+        for side, scores in sides.items()
     }
+    for side, side_grid in grids.items():
+        s = select(side_grid, mean_of_four)
+        print(f"  {side:<15} leave-one-out over its {len(side_grid)} settings  {fmt(s.pooled)}")
+        print(f"    {met(s.pooled_scores)}")
+    grid = {name: scores for side_grid in grids.values() for name, scores in side_grid.items()}
     chosen = select(grid, mean_of_four)
-    print(f"  leave-one-out over {len(grid)} settings (keyword share x context)")
+    print(
+        f"  leave-one-out over all {len(grid)} settings (semantic side x keyword share x"
+        " keyword context)"
+    )
     print(f"    held out      {fmt(chosen.pooled)}   chosen per file: {chosen.chosen}")
     print(f"    in-sample     {fmt(chosen.in_sample)}   [{chosen.best}]")
     print(f"    held out: {met(chosen.pooled_scores)}")
     by_fold = [
-        score(principals, keyword[name.split(" ")[1]], dense, kw_only, [i])
+        score(principals, keyword[name.split(" ")[2]], dense, kw_only, [i])
         for i, name in enumerate(chosen.chosen)
     ]
     keyword_alone = merged(by_fold).row()
     below = at_least(chosen.pooled, keyword_alone)
     print(f"    keyword alone {fmt(keyword_alone)}   hybrid >= it: {below}")
-    print(f"    {args.encoder} alone   hybrid >= it: {at_least(chosen.pooled, alone)}")
+    semantic_alone = merged(
+        score(principals, sides[name.split(" ")[0]], sides[name.split(" ")[0]], sem_only, [i])
+        for i, name in enumerate(chosen.chosen)
+    ).row()
+    print(
+        f"    {args.encoder} alone (the chosen side) {fmt(semantic_alone)}   hybrid >= it:"
+        f" {at_least(chosen.pooled, semantic_alone)}"
+    )
     return 0
 
 
