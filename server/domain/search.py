@@ -23,7 +23,7 @@ every search at once, purged or not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from server.domain.errors import FieldViolation, invalid
 from server.domain.fusion import fuse, keyword_weight, retrieval_depth
@@ -48,7 +48,7 @@ from server.domain.ports import (
     MemoryStore,
     TurnStore,
 )
-from server.domain.relevance import Relevance, semantic_floor
+from server.domain.relevance import Relevance, query_floor
 from server.domain.retention import KEEP_EVERYTHING, TurnRetention
 from server.domain.text import sanitize
 
@@ -78,6 +78,9 @@ class ConversationSearch:
     inspections: InspectionStore | None = None
     retention: TurnRetention = KEEP_EVERYTHING
     gated: bool = True
+    _empty: dict[str, tuple[float, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def search(
         self,
@@ -113,6 +116,15 @@ class ConversationSearch:
             )
             self.inspections.record_search(key, record)
         return hits
+
+    def _empty_passage(self) -> tuple[float, ...]:
+        """The embedder's vector of an empty passage (relevance.FLOORS_OVER_EMPTY), embedded
+        once per model."""
+        model = self.embedder.model_id
+        if model not in self._empty:
+            (first, *_) = self.embedder.embed_documents([""])[0]
+            self._empty[model] = first
+        return self._empty[model]
 
     def _search(
         self,
@@ -155,7 +167,7 @@ class ConversationSearch:
         model = self.embedder.model_id
         found = self.chunks.search(scope, encoded, depth)
         fused = fuse(found, 2 * depth, keyword_weight(model))  # every turn found
-        floor = semantic_floor(model) if self.gated else None
+        floor = query_floor(model, encoded.dense, self._empty_passage) if self.gated else None
         relevance = Relevance(self.keywords, floor)
         return relevance.page(text, fused, turns)
 

