@@ -70,7 +70,7 @@ from procs import HOST, ServerProcess, machine_line, raise_on_sigterm, software_
 from serve_embedder import EMBEDDERS, build_embedder
 
 from server.domain.fusion import keyword_weight
-from server.domain.keywords import CONTEXT_WEIGHT
+from server.domain.keywords import keyword_representation
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "eval" / "locomo-dev"
@@ -494,11 +494,15 @@ def leave_one_out(data: Path, embedder: str) -> None:
     import search_levers as lab  # it imports this module's loader: not at the top
 
     principals = [lab.Principal(n, *load(data / n, f"locomo-{Path(n).stem}")) for n in FILES]
-    chosen = lab.service_selection(principals, lab.lab_for(principals, embedder, None))
+    model = SERVED_MODELS.get(embedder, embedder)
+    shape = keyword_representation(model)
+    chosen = lab.service_selection(
+        principals, lab.lab_for(principals, embedder, None), shape.neighbours
+    )
     print(
         "\nleave-one-conversation-out (bench/search_levers.py: context weight and keyword share"
-        " chosen on three files, scored on the fourth; one chunk of context a side, min-max"
-        " over 50 a side):"
+        f" chosen on three files, scored on the fourth; {shape.neighbours} chunk(s) of context"
+        " a side, the model's, min-max over 50 a side):"
     )
     for name, held in zip(FILES, chosen.chosen, strict=True):
         print(f"  {name} held out: {held}")
@@ -506,8 +510,8 @@ def leave_one_out(data: Path, embedder: str) -> None:
     print(f"      {lab.met(chosen.pooled_scores)}")
     print(f"  in-sample best [{chosen.best}]: {lab.fmt(chosen.in_sample)}")
     print(
-        f"  (the service runs context {CONTEXT_WEIGHT:g} keyword"
-        f" {keyword_weight(SERVED_MODELS.get(embedder, embedder)):g}: its figures"
+        f"  (the service runs {shape.neighbours} chunk(s) of context a side at"
+        f" {shape.weight:g}, keyword {keyword_weight(model):g}: its figures"
         " are the hybrid rows above)"
     )
     floor_leave_one_out(principals, embedder)

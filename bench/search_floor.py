@@ -93,9 +93,9 @@ from server.domain.chunking import turn_text
 from server.domain.fusion import MIN_RETRIEVAL_TURNS, keyword_weight
 from server.domain.keywords import (
     BM25_K1,
-    CONTEXT_WEIGHT,
     KeywordEncoder,
     keyword_document,
+    keyword_representation,
 )
 from server.domain.ports import Embedder
 from server.domain.relevance import EXACT_DEPTH, FLOORS_OVER_EMPTY, holds_match
@@ -198,7 +198,8 @@ def over_empty(lab: Lab, sem: list[Vector]) -> list[Vector]:
 
 def candidates(principals: list[Principal], lab: Lab) -> list[list[Candidates]]:
     """Every question's fused list with what the rules read, per principal."""
-    variant = context_name(1, 1, CONTEXT_WEIGHT)
+    shape = keyword_representation(lab.embedder.model_id)  # the model's, as the service's
+    variant = context_name(shape.neighbours, shape.neighbours, shape.weight)
     kw = lab.keyword_scores(variant, "collection")
     sem = over_empty(lab, lab.dense_scores("own"))
     share = keyword_weight(lab.embedder.model_id)

@@ -35,7 +35,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from server.domain.keywords import KeywordEncoder, keyword_document
+from server.domain.keywords import (
+    ONE_NEIGHBOUR,
+    KeywordEncoder,
+    KeywordRepresentation,
+    keyword_document,
+)
 from server.domain.model import ChunkPlace, SparseVector, StoredChunk, TurnKey
 from server.domain.ports import ChunkPlaces
 
@@ -65,24 +70,39 @@ def conversation_order(places: Iterable[ChunkPlace]) -> list[ChunkPlace]:
 
 
 class KeywordContext:
-    """Encodes chunks' keyword vectors with their neighbours, reading both from the index."""
+    """Encodes chunks' keyword vectors with their neighbours, reading both from the index, in
+    one keyword representation (`representation`: how many neighbours a side, at what
+    weight)."""
 
-    def __init__(self, index: ChunkPlaces, keywords: KeywordEncoder) -> None:
+    def __init__(
+        self,
+        index: ChunkPlaces,
+        keywords: KeywordEncoder,
+        representation: KeywordRepresentation = ONE_NEIGHBOUR,
+    ) -> None:
         self._index = index
         self._keywords = keywords
+        self._representation = representation
 
     def turn_updates(self, key: TurnKey, turn_time: datetime) -> list[Update]:
-        """New keyword vectors for the turn's stored chunks and the chunk on each side of it
-        (their context now holds the turn); none if the turn has no chunks (deleted)."""
+        """New keyword vectors for the turn's stored chunks and the `neighbours` chunks on
+        each side of it (their context now holds the turn); none if the turn has no chunks
+        (deleted)."""
         order, first, last = self._window(key, turn_time)
         at = [i for i, place in enumerate(order) if place.turn_id == key.turn_id]
-        # Each vector written needs its own two neighbours: two places known on each side.
-        if not at or not (first or at[0] >= 2) or not (last or at[-1] <= len(order) - 3):
+        # Each vector written needs its own neighbours: 2n places known on each side.
+        reach = self._representation.neighbours
+        if (
+            not at
+            or not (first or at[0] >= 2 * reach)
+            or not (last or at[-1] <= len(order) - 1 - 2 * reach)
+        ):
             order = self._order(key)
             at = [i for i, place in enumerate(order) if place.turn_id == key.turn_id]
             if not at:
                 return []
-        return self._vectors(key, order, range(max(at[0] - 1, 0), min(at[-1] + 2, len(order))))
+        targets = range(max(at[0] - reach, 0), min(at[-1] + reach + 1, len(order)))
+        return self._vectors(key, order, targets)
 
     def _window(self, key: TurnKey, turn_time: datetime) -> tuple[list[ChunkPlace], bool, bool]:
         """The conversation's chunks nearest `turn_time`, in order, with every chunk of a time
@@ -134,11 +154,18 @@ class KeywordContext:
     def _vectors(
         self, conversation: TurnKey, order: Sequence[ChunkPlace], targets: Iterable[int]
     ) -> list[Update]:
-        """The vectors of order[i] for each target i, with order[i-1] and order[i+1] as context.
-        A target whose text cannot be read (deleted meanwhile) is left out."""
+        """The vectors of order[i] for each target i, with the `neighbours` chunks before and
+        after it as context. A target whose text cannot be read (deleted meanwhile) is left
+        out."""
         targets = list(targets)
+        reach = self._representation.neighbours
         turns = sorted(
-            {order[j].turn_id for i in targets for j in (i - 1, i, i + 1) if 0 <= j < len(order)}
+            {
+                order[j].turn_id
+                for i in targets
+                for j in range(i - reach, i + reach + 1)
+                if 0 <= j < len(order)
+            }
         )
         texts = self._index.turn_chunks(
             conversation.tenant_id,
@@ -170,9 +197,10 @@ class KeywordContext:
                 text=own,
                 turn_time=place.turn_time,
             )
-            context = [t for t in (text(i - 1), text(i + 1)) if t]
+            around = [*range(i - reach, i), *range(i + 1, i + reach + 1)]
+            context = [t for t in map(text, around) if t]
             vector = self._keywords.encode_in_context(
-                keyword_document(own, place.turn_time), context
+                keyword_document(own, place.turn_time), context, self._representation.weight
             )
             updates.append((chunk, vector))
         return updates

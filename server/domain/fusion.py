@@ -31,16 +31,16 @@ from the other three was 0.8 (of 0.6-0.9), for the default model; with multiling
 rest more sharply; an equal share let the weaker side's near-ties push good keyword hits
 down. Before the context (representation 2) 0.7 was best."""
 
-KEYWORD_WEIGHTS = {"e5-small-v2-int8": 0.7}
+KEYWORD_WEIGHTS = {"e5-small-v2-int8": 0.6}
 """The keyword share for a model whose semantic side is stronger than MiniLM's, by the name
 before the first colon of the embedder's model id; KEYWORD_WEIGHT for every other model.
 
 e5-small-v2 alone finds the answering turn first 0.41 of the time (MiniLM 0.23), so it earns
-more of the score: chosen the same way (bench/search_encoder.py's lab, keyword representation 3
-as the service indexes it, shares 0.5-0.85), the held-out files chose 0.6, 0.7, 0.7 and 0.75,
-pooled 0.512 / 0.837 / 0.888 / 0.646 (recall@1/5/10, MRR@10), where 0.8 gives 0.522 / 0.833 /
-0.885 / 0.650 on all four files and 0.7 gives 0.515 / 0.837 / 0.900 / 0.649
-(docs/decisions.md)."""
+more of the score. Chosen the same way with its keyword representation (two chunks of context
+a side, server/domain/keywords.py TWO_NEIGHBOURS; bench/search_encoder.py, shares 0.5-0.8): 0.6
+on every held-out file, held out 0.536 / 0.842 / 0.895 / 0.660 (recall@1/5/10, MRR@10; with one
+chunk a side the folds chose 0.6-0.75, held out 0.512 / 0.837 / 0.888 / 0.646;
+docs/decisions.md)."""
 
 
 def keyword_weight(model_id: str) -> float:

@@ -22,9 +22,9 @@ from server.domain.context import KeywordContext
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.keywords import (
     CONTEXT_FREE_VERSION,
-    KEYWORD_VERSION,
     KeywordEncoder,
     keyword_document,
+    keyword_representation,
 )
 from server.domain.model import ClaimedTurn, IndexedChunk, TurnKey
 from server.domain.ports import (
@@ -77,7 +77,8 @@ class Indexer:
         self._index = index
         self._embedder = embedder
         self._keywords = keywords
-        self._context = KeywordContext(index, keywords)
+        self._representation = keyword_representation(embedder.model_id)
+        self._context = KeywordContext(index, keywords, self._representation)
         self._clock = clock
         self._max_attempts = max_attempts
 
@@ -144,7 +145,8 @@ class Indexer:
             try:
                 self._index.upsert_turn(turn.key, turn.turn_time, indexed)
                 self._index.set_keyword_vectors(
-                    self._context.turn_updates(turn.key, turn.turn_time), KEYWORD_VERSION
+                    self._context.turn_updates(turn.key, turn.turn_time),
+                    self._representation.version,
                 )
             except Exception as error:
                 self._failed(batch, turn, error)

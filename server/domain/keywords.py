@@ -23,6 +23,7 @@ import string
 import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import Stemmer
@@ -66,6 +67,39 @@ Measured on real conversations (LoCoMo, bench/search_levers.py), with the keywor
 R@10 0.840 -> 0.885, MRR@10 0.612 -> 0.627; the leave-one-out folds chose 0.4 or 0.5 (figures
 in docs/decisions.md). Whole neighbours (weight 1) lost the first hit (R@1 0.414). Only the
 keyword side gets context: every context variant measured worse on the semantic side."""
+
+
+@dataclass(frozen=True)
+class KeywordRepresentation:
+    """How a chunk's keyword vector is made, recorded with each point as its `version`: its
+    keyword document plus `weight` times the terms of the `neighbours` chunks on each side of
+    it in its conversation (server/domain/context.py)."""
+
+    version: int
+    neighbours: int
+    weight: float
+
+
+ONE_NEIGHBOUR = KeywordRepresentation(KEYWORD_VERSION, 1, CONTEXT_WEIGHT)
+"""Representation 3, one chunk a side at CONTEXT_WEIGHT: every model's but those below."""
+TWO_NEIGHBOURS = KeywordRepresentation(4, 2, 0.4)
+"""Representation 4, two chunks a side at 0.4, for a model whose semantic side is strong.
+
+With e5-small-v2 as the semantic side, every held-out LoCoMo file chose two chunks a side
+(weights 0.3-0.5, 0.4 in three folds) and a keyword share of 0.6 (bench/search_encoder.py):
+held out 0.536 / 0.842 / 0.895 / 0.660 (R@1 / R@5 / R@10 / MRR@10) against 0.512 / 0.837 /
+0.888 / 0.646 with one chunk a side. With MiniLM the folds split between one and two (held out
+no better than the service's), so its representation stays 3 (docs/decisions.md)."""
+MODEL_REPRESENTATIONS = {"e5-small-v2-int8": TWO_NEIGHBOURS}
+"""The keyword representation per model (the name before the first colon of its model id);
+ONE_NEIGHBOUR for every other. A store keeps its model, so its chunks all reach one version;
+chunks of another version are encoded again by the index worker (server/domain/reindex.py)."""
+
+
+def keyword_representation(model_id: str) -> KeywordRepresentation:
+    """The keyword representation of a chunk index whose semantic side is `model_id`."""
+    return MODEL_REPRESENTATIONS.get(model_id.split(":", 1)[0], ONE_NEIGHBOUR)
+
 
 _CONNECTORS = "-_./:@#+"
 _CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"

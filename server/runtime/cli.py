@@ -315,14 +315,16 @@ def _reindex(settings: Settings, owner: Owner) -> None:
     owner's), to the end, printing progress (server/domain/reindex.py). Searches keep working
     meanwhile on a Qdrant server; the embedded index belongs to one process, so there it runs
     with the server stopped (a running server does the same in its worker threads)."""
-    from server.domain.keywords import KeywordEncoder
+    from server.domain.keywords import KeywordEncoder, keyword_representation
     from server.domain.reindex import KeywordReindexer
     from server.runtime.builders.chunks import build_chunk_index
     from server.runtime.builders.embedding import build_embedder
 
-    index = build_chunk_index(settings, build_embedder(settings))
+    embedder = build_embedder(settings)
+    index = build_chunk_index(settings, embedder)
     try:
-        reindexer = KeywordReindexer(index, KeywordEncoder(), owner)
+        representation = keyword_representation(embedder.model_id)
+        reindexer = KeywordReindexer(index, KeywordEncoder(), owner, representation)
 
         def show(done: int, total: int) -> None:
             print(f"memoria reindex: {done}/{total} chunks", file=sys.stderr, flush=True)

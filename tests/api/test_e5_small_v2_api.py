@@ -58,4 +58,4 @@ def test_turns_are_found_by_meaning_with_e5_small_v2(tmp_path: Path) -> None:
         assert first.score == pytest.approx(1.0)  # best on both sides: the shares add up
         assert [h.turn_id for h in search(stub, ana, "which plane company do I use")] == ["t1"]
         assert search(stub, ana, "quarterly tax filing deadline") == []
-    assert keyword_weight(recorded_model(data)) == 0.7 != KEYWORD_WEIGHT
+    assert keyword_weight(recorded_model(data)) == 0.6 != KEYWORD_WEIGHT

@@ -18,7 +18,14 @@ import pytest
 from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
 from server.domain import context as context_module
 from server.domain.context import KeywordContext, conversation_order
-from server.domain.keywords import CONTEXT_WEIGHT, KeywordEncoder, _index
+from server.domain.keywords import (
+    CONTEXT_WEIGHT,
+    ONE_NEIGHBOUR,
+    TWO_NEIGHBOURS,
+    KeywordEncoder,
+    KeywordRepresentation,
+    _index,
+)
 from server.domain.model import ChunkPlace, IndexedChunk, TurnKey
 
 ENCODER = KeywordEncoder()
@@ -76,13 +83,18 @@ def test_neighbours_count_at_the_context_weight_and_add_to_shared_terms() -> Non
     assert set(vector) == set(alone) | set(around)
 
 
+@pytest.mark.parametrize("representation", [ONE_NEIGHBOUR, TWO_NEIGHBOURS], ids=["3", "4"])
 @pytest.mark.parametrize("near", [2, 8, 32])
 def test_the_window_around_a_turn_finds_the_same_neighbours_as_the_whole_conversation(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, near: int
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    near: int,
+    representation: KeywordRepresentation,
 ) -> None:
     """Random conversations with many equal times and turns of several chunks, on the real
     embedded index: the vectors `turn_updates` writes from a small window (or, where the
-    window cannot tell, from the whole conversation) equal those from the whole conversation."""
+    window cannot tell, from the whole conversation) equal those from the whole conversation,
+    with one neighbour a side and with two."""
     rng = random.Random(near)
     index = QdrantEdgeChunkIndex(tmp_path / "chunks", 4, "m")
     reads: list[tuple[str, ...]] = []
@@ -110,14 +122,14 @@ def test_the_window_around_a_turn_finds_the_same_neighbours_as_the_whole_convers
             ]
             index.upsert_turn(key, when, chunks)
             keys.append((key, when))
-        context = KeywordContext(index, ENCODER)
+        context = KeywordContext(index, ENCODER, representation)
         for key, when in keys:
             monkeypatch.setattr(context_module, "NEAR_PLACES", near)
             windowed = context.turn_updates(key, when)
             monkeypatch.setattr(context_module, "NEAR_PLACES", 10**6)
             exact = context.turn_updates(key, when)
             assert sorted(windowed, key=str) == sorted(exact, key=str), key
-        if near == 2:  # a window this small never holds two chunks each side of a turn
+        if near == 2:  # a window this small never holds 2n chunks each side of a turn
             assert len(reads) == len(keys)
         else:  # the window answered, and at 8 it sometimes could not
             assert len(reads) < len(keys)

@@ -323,7 +323,7 @@ def test_a_search_answers_only_with_a_strong_match_unless_one_sided(
 
 
 @pytest.mark.parametrize(
-    ("model_id", "share"), [("hash-embedder-8", 0.8), ("e5-small-v2-int8:sha256-x", 0.7)]
+    ("model_id", "share"), [("hash-embedder-8", 0.8), ("e5-small-v2-int8:sha256-x", 0.6)]
 )
 def test_the_fusion_takes_the_models_keyword_share(
     world: World, monkeypatch: pytest.MonkeyPatch, model_id: str, share: float

@@ -113,7 +113,7 @@ def test_ties_order_the_same_whatever_order_the_engine_returned_them_in() -> Non
 
 def test_the_keyword_share_is_the_models() -> None:
     result = RetrievalResult(keyword=(hit("k", score=3.0),), semantic=(hit("s", score=0.8),))
-    assert keyword_weight("e5-small-v2-int8:sha256-7d9092cb25f2bd1c:window=508") == 0.7
+    assert keyword_weight("e5-small-v2-int8:sha256-7d9092cb25f2bd1c:window=508") == 0.6
     assert keyword_weight("all-MiniLM-L6-v2-int8:sha256-53aa51172d142c89") == KEYWORD_WEIGHT
     assert keyword_weight("openai:text-embedding-3-small:1536") == KEYWORD_WEIGHT
     fused = {h.turn_id: h.score for h in fuse(result, 10, 0.7)}

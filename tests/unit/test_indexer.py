@@ -25,7 +25,7 @@ from server.adapters.sql.engine import create_store_engine, sqlite_url
 from server.adapters.sql.tables import conversation_turns
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.indexing import MAX_INDEX_ATTEMPTS, OUTAGE_RETRY_DELAY, Indexer
-from server.domain.keywords import KEYWORD_VERSION, KeywordEncoder
+from server.domain.keywords import KEYWORD_VERSION, TWO_NEIGHBOURS, KeywordEncoder
 from server.domain.model import (
     EncodedQuery,
     IndexedChunk,
@@ -35,6 +35,7 @@ from server.domain.model import (
     StoredChunk,
     TurnKey,
 )
+from server.domain.reindex import KeywordReindexer
 from tests.turn_operations import TurnOperations
 
 DIM = 8
@@ -248,3 +249,50 @@ def test_a_turn_whose_context_cannot_be_written_stays_queued(parts) -> None:  # 
     assert indexer.run_once(10) == 1
     assert row(store)[:3] == ("indexed", 0, None)
     assert index.count_stale_keyword_chunks(KEYWORD_VERSION) == 0
+
+
+class E5NamedEmbedder(HashEmbedder):
+    """The hash vectors under e5-small-v2's model name: its keyword representation is 4."""
+
+    model_id = "e5-small-v2-int8:sha256-test"
+
+
+def test_a_model_with_two_neighbours_a_side_indexes_and_reindexes_in_representation_4(
+    tmp_path: Path,
+) -> None:
+    """Representation 4 (keywords.TWO_NEIGHBOURS): a chunk holds the words of two chunks each
+    side, a new turn updates the two before it, and the reindexer moves chunks of
+    representation 3 to 4."""
+    engine = create_store_engine(sqlite_url(tmp_path))
+    migrate.upgrade(engine)
+    store = SqlMemoryStore(SqlDatabase(engine))
+    turns = TurnOperations(store.db)
+    index = FlakyIndex(tmp_path / "chunks", DIM, E5NamedEmbedder.model_id)
+    indexer = Indexer(turns, index, E5NamedEmbedder(), KeywordEncoder(), Clock())
+    try:
+        words = ["heron", "otter", "kingfisher", "badger", "swift"]
+        for n, word in enumerate(words):
+            key = TurnKey("t", "ana", "c1", f"u{n}")
+            turns.accept_turn(NewTurn(key, f"we saw a {word}", T0 + timedelta(minutes=n), T0))
+            assert indexer.run_once(10) == 1
+
+        def found(word: str) -> tuple[str, set[str]]:
+            first, *rest = keyword_hits(index, word)
+            return first, {first, *rest}
+
+        assert found("kingfisher") == ("u2", {"u0", "u1", "u2", "u3", "u4"})
+        assert found("heron") == ("u0", {"u0", "u1", "u2"})  # u3 is three away
+        assert found("swift") == ("u4", {"u2", "u3", "u4"})  # the last turn reached u2
+        assert index.count_stale_keyword_chunks(TWO_NEIGHBOURS.version) == 0
+        assert index.count_stale_keyword_chunks(KEYWORD_VERSION) == 5
+        # Written in representation 3 (one neighbour), then moved on by the reindexer.
+        KeywordReindexer(index, KeywordEncoder()).run(10)
+        assert found("heron") == ("u0", {"u0", "u1"})
+        assert index.count_stale_keyword_chunks(TWO_NEIGHBOURS.version) == 5
+        reindexer = KeywordReindexer(index, KeywordEncoder(), representation=TWO_NEIGHBOURS)
+        assert reindexer.run(2) == 5
+        assert found("heron") == ("u0", {"u0", "u1", "u2"})
+        assert index.count_stale_keyword_chunks(TWO_NEIGHBOURS.version) == 0
+    finally:
+        index.close()
+        store.db.dispose()

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from server.adapters.sql.database import SqlDatabase
 from server.adapters.sql.inspections import SqlInspectionStore
+from server.domain.keywords import keyword_representation
 from server.domain.reindex import KeywordReindexer
 from server.runtime.builders import utc_now
 from server.runtime.builders.stores import Stores, build_stores
@@ -33,7 +34,11 @@ def build_index_worker(settings: Settings, stores: Stores) -> IndexWorker:
         purges=(
             inspection_purge(settings, stores.db),
             parts.purge.purge_once,
-            KeywordReindexer(parts.index, parts.keywords).run_once,
+            KeywordReindexer(
+                parts.index,
+                parts.keywords,
+                representation=keyword_representation(parts.embedder.model_id),
+            ).run_once,
         ),
     )
 
