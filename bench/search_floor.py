@@ -77,6 +77,7 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_search_quality import DEFAULT_DATA, Question
 from search_corpus import CorpusGenerator
+from search_encoder import dense_context
 from search_levers import (
     Lab,
     Principal,
@@ -90,6 +91,7 @@ from search_levers import (
 from serve_embedder import EMBEDDERS
 
 from server.domain.chunking import turn_text
+from server.domain.context import dense_context_weight
 from server.domain.fusion import MIN_RETRIEVAL_TURNS, keyword_weight
 from server.domain.keywords import (
     BM25_K1,
@@ -201,7 +203,8 @@ def candidates(principals: list[Principal], lab: Lab) -> list[list[Candidates]]:
     shape = keyword_representation(lab.embedder.model_id)  # the model's, as the service's
     variant = context_name(shape.neighbours, shape.neighbours, shape.weight)
     kw = lab.keyword_scores(variant, "collection")
-    sem = over_empty(lab, lab.dense_scores("own"))
+    weight = dense_context_weight(lab.embedder.model_id)  # the model's, as the service's
+    sem = over_empty(lab, lab.dense_scores("own") if weight is None else dense_context(lab, weight))
     share = keyword_weight(lab.embedder.model_id)
     vectors = [[set(d) for d in docs] for docs in lab.keyword_documents(variant)]
     chunks = sum(len(v) for v in vectors)

@@ -390,6 +390,7 @@ def merged(parts: Iterable[Scores]) -> Scores:
     for s in parts:
         total.n += s.n
         total.rr += s.rr
+        total.complete += s.complete
         for k in s.hits:
             total.hits[k] += s.hits[k]
     return total
@@ -636,14 +637,20 @@ SERVICE_CONTEXT_WEIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
 SERVICE_KEYWORD_WEIGHTS = (0.6, 0.7, 0.8, 0.9)
 
 
-def service_selection(principals: Sequence[Principal], lab: Lab, neighbours: int = 1) -> Selection:
+def service_selection(
+    principals: Sequence[Principal],
+    lab: Lab,
+    neighbours: int = 1,
+    semantic: list[Vector] | None = None,
+) -> Selection:
     """Leave-one-conversation-out over the service's own parameters: the keyword context's
     weight (server/domain/keywords.py, the model's representation) and the keyword share of
     the fusion (server/domain/fusion.py), with the service's fixed choices: `neighbours`
     chunks of context each side (the model's), the date, min-max fusion over the top
-    MIN_RETRIEVAL_TURNS a side, the semantic side on the text alone. Criterion:
-    `mean_of_four`. What bench_search_quality.py prints beside the service's own figures."""
-    sem = lab.dense_scores("own")
+    MIN_RETRIEVAL_TURNS a side, the semantic side on the text alone (or `semantic`: the
+    model's, with its context vector). Criterion: `mean_of_four`. What bench_search_quality.py
+    prints beside the service's own figures."""
+    sem = semantic if semantic is not None else lab.dense_scores("own")
     per: dict[str, list[Scores]] = {}
     for weight in SERVICE_CONTEXT_WEIGHTS:
         kw = lab.keyword_scores(context_name(neighbours, neighbours, weight), "collection")

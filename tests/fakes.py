@@ -222,6 +222,7 @@ class _Point:
     sparse: SparseVector
     keyword_version: int
     turn_order: int
+    windows: int | None = None  # the own windows of `dense`, a context vector after them
 
     def hit(self, score: float) -> ChunkHit:
         k = self.key
@@ -369,6 +370,37 @@ class InMemoryChunkIndex:
                 if point is not None:  # a chunk deleted meanwhile stays deleted
                     self._points[chunk.key, chunk.chunk_index] = replace(
                         point, sparse=sparse, keyword_version=version
+                    )
+
+    # DenseVectors
+
+    def chunk_windows(
+        self,
+        tenant_id: str,
+        principal_id: str,
+        conversation_id: str,
+        places: Sequence[tuple[str, int]],
+    ) -> dict[tuple[str, int], tuple[tuple[float, ...], ...]]:
+        found = {}
+        with self._storage.lock:
+            for turn, chunk in places:
+                key = TurnKey(tenant_id, principal_id, conversation_id, turn)
+                point = self._points.get((key, chunk))
+                if point is not None:
+                    count = point.windows if point.windows is not None else len(point.dense)
+                    found[turn, chunk] = point.dense[:count]
+        return found
+
+    def set_dense_context(
+        self,
+        updates: Sequence[tuple[TurnKey, int, tuple[tuple[float, ...], ...], tuple[float, ...]]],
+    ) -> None:
+        with self._storage.lock:
+            for key, chunk, windows, context in updates:
+                point = self._points.get((key, chunk))
+                if point is not None:  # a chunk deleted meanwhile stays deleted
+                    self._points[key, chunk] = replace(
+                        point, dense=(*windows, context), windows=len(windows)
                     )
 
     # ChunkPlaces and ChunkTexts

@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Protocol
 
 from server.domain.chunking import split_text
-from server.domain.context import KeywordContext
+from server.domain.context import DenseContext, KeywordContext, dense_context_weight
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.keywords import (
     CONTEXT_FREE_VERSION,
@@ -31,6 +31,7 @@ from server.domain.ports import (
     ChunkPlaces,
     ChunkWriter,
     Clock,
+    DenseVectors,
     Embedder,
     KeywordVectors,
     TurnBatch,
@@ -50,9 +51,10 @@ every waiting turn failed for good), and the short cap has the backlog indexed s
 the store is back."""
 
 
-class IndexerChunks(ChunkWriter, KeywordVectors, ChunkPlaces, Protocol):
+class IndexerChunks(ChunkWriter, KeywordVectors, ChunkPlaces, DenseVectors, Protocol):
     """The chunk index roles the indexer uses: it writes turns and purges conversations, and
-    encodes each written turn's keyword vectors again with its neighbours (read by place)."""
+    encodes each written turn's keyword vectors again with its neighbours (read by place),
+    and for a model with one its semantic context vectors (read from the windows)."""
 
 
 class Indexer:
@@ -79,6 +81,8 @@ class Indexer:
         self._keywords = keywords
         self._representation = keyword_representation(embedder.model_id)
         self._context = KeywordContext(index, keywords, self._representation)
+        weight = dense_context_weight(embedder.model_id)
+        self._dense = DenseContext(index, weight) if weight is not None else None
         self._clock = clock
         self._max_attempts = max_attempts
 
@@ -148,6 +152,10 @@ class Indexer:
                     self._context.turn_updates(turn.key, turn.turn_time),
                     self._representation.version,
                 )
+                if self._dense is not None:
+                    self._index.set_dense_context(
+                        self._dense.turn_updates(turn.key, turn.turn_time)
+                    )
             except Exception as error:
                 self._failed(batch, turn, error)
                 continue

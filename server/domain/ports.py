@@ -179,6 +179,31 @@ class ChunkPlaces(ChunkTexts, Protocol):
         ...
 
 
+class DenseVectors(Protocol):
+    """A chunk's semantic context vector (server/domain/context.py, DenseContext): its own
+    windows read back, and its multivector rewritten as those windows and the context."""
+
+    def chunk_windows(
+        self,
+        tenant_id: str,
+        principal_id: str,
+        conversation_id: str,
+        places: Sequence[tuple[str, int]],
+    ) -> dict[tuple[str, int], tuple[tuple[float, ...], ...]]:
+        """The window vectors (without a context vector) of these chunks of one conversation,
+        by (turn id, chunk index); a chunk not stored is left out."""
+        ...
+
+    def set_dense_context(
+        self,
+        updates: Sequence[tuple[TurnKey, int, tuple[tuple[float, ...], ...], tuple[float, ...]]],
+    ) -> None:
+        """Each chunk's (turn key, chunk index) semantic multivector becomes its windows then
+        its context vector; the next `chunk_windows` gives the windows alone. A chunk deleted
+        meanwhile stays deleted."""
+        ...
+
+
 class ChunkCount(Protocol):
     """Counting stored chunks (no domain rule needs it: tests and operators do)."""
 
@@ -201,7 +226,14 @@ class ChunkEngine(Protocol):
 
 
 class ChunkIndex(
-    ChunkWriter, ChunkSearch, KeywordVectors, ChunkPlaces, ChunkCount, ChunkEngine, Protocol
+    ChunkWriter,
+    ChunkSearch,
+    KeywordVectors,
+    ChunkPlaces,
+    DenseVectors,
+    ChunkCount,
+    ChunkEngine,
+    Protocol,
 ):
     """Every role at once: what the Qdrant adapters (server/adapters/qdrant) implement and
     the composition root builds, then hands out role by role."""

@@ -72,13 +72,16 @@ unrelated texts sit moves from query to query, so one cosine floor cannot separa
 e5-small-v2 the best one (0.75) kept recall@5 but emptied only 0.06 of the queries taken from
 other people's conversations (MiniLM's 0.325: 0.46). The empty passage measures, per query and
 without looking at any hit, how similar that query finds a text that says nothing. The floor
-is its natural point, 0 (more similar than saying nothing), which bench/search_floor.py
-(`--embedder e5-small-v2-int8`, exact clause, gate) also chooses on every held-out file without
-a margin: recall@5 unchanged (0.837, held out too), 0.455 of the foreign queries empty, and on
-the synthetic corpus every id query still found. It sits at an edge: 0.0125 higher loses one
-question, so the margin rule would take -0.025, which empties 0.07 (docs/decisions.md). Still
-a function of the query and the turn alone, so a hit's standing never depends on the other
-hits of its search."""
+is its natural point, 0 (more similar than saying nothing). Measured with bench/search_floor.py
+(`--embedder e5-small-v2-int8`, exact clause, gate): before the model's context vector
+(server/domain/context.py), every held-out file chose 0 without a margin, recall@5 unchanged
+and 0.455 of the foreign queries empty; with it (a turn's similarity is also its context's, so
+unrelated queries come closer) 0 keeps recall@5 on all four files (0.849) and empties 0.258
+(held out, three files chose 0 and one 0.025: 0.381, one question lost). On the synthetic
+corpus every id query is still found. Both sit at an edge: a step higher loses a question, so
+the margin rule would take -0.025 and empty 0.06-0.07 (docs/decisions.md). Still a function of
+the query and the turn alone, so a hit's standing never depends on the other hits of its
+search."""
 
 EXACT_DEPTH = 10
 """How many of the keyword side's best turns are read for an exact match (every query term or

@@ -544,6 +544,30 @@ def test_no_keyword_vectors_to_set_is_a_no_op(index: ChunkIndex) -> None:
     assert index.count_stale_keyword_chunks(3) == 1  # the chunk is untouched: still version 1
 
 
+def test_a_context_vector_follows_the_windows_and_is_searched_with_them(
+    index: ChunkIndex,
+) -> None:
+    """server/domain/context.py DenseContext: a chunk's dense multivector becomes its windows
+    then its context vector; its windows read back alone; a search finds it by the context
+    too; a chunk deleted meanwhile stays deleted; writing the turn again drops the context."""
+    index.upsert_turn(key(turn="u1"), T0, [chunk(0, "alpha", E0, E1)])
+    assert index.chunk_windows("t1", "ana", "c1", [("u1", 0), ("u9", 0)]) == {("u1", 0): (E0, E1)}
+    assert index.chunk_windows("t1", "ana", "c1", []) == {}
+    index.set_dense_context([(key(turn="u1"), 0, (E0, E1), E2), (key(turn="gone"), 0, (E0,), E3)])
+    assert index.chunk_windows("t1", "ana", "c1", [("u1", 0)]) == {("u1", 0): (E0, E1)}
+    assert index.chunk_windows("t1", "bob", "c1", [("u1", 0)]) == {}  # another owner's id
+    assert index.count("t1", "ana") == 1  # the deleted chunk was not written back
+    (hit,) = index.search(scope(), query("", E2), 10).semantic
+    assert (hit.turn_id, round(hit.score, 5)) == ("u1", 1.0)
+    index.set_dense_context([(key(turn="u1"), 0, (E0, E1), E3)])  # a new context replaces it
+    assert index.chunk_windows("t1", "ana", "c1", [("u1", 0)]) == {("u1", 0): (E0, E1)}
+    assert round(index.search(scope(), query("", E2), 10).semantic[0].score, 5) == 0.0
+    assert round(index.search(scope(), query("", E3), 10).semantic[0].score, 5) == 1.0
+    index.upsert_turn(key(turn="u1"), T0, [chunk(0, "alpha", E1)])  # the turn written again
+    assert index.chunk_windows("t1", "ana", "c1", [("u1", 0)]) == {("u1", 0): (E1,)}
+    assert round(index.search(scope(), query("", E3), 10).semantic[0].score, 5) == 0.0
+
+
 def test_conversation_places_are_every_chunk_of_that_conversation_only(
     index: ChunkIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:

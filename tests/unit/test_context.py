@@ -8,6 +8,7 @@ the indexer's use in tests/unit/test_indexer.py.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,12 @@ import pytest
 
 from server.adapters.qdrant.edge import QdrantEdgeChunkIndex
 from server.domain import context as context_module
-from server.domain.context import KeywordContext, conversation_order
+from server.domain.context import (
+    DenseContext,
+    KeywordContext,
+    conversation_order,
+    dense_context_weight,
+)
 from server.domain.keywords import (
     CONTEXT_WEIGHT,
     ONE_NEIGHBOUR,
@@ -134,5 +140,54 @@ def test_the_window_around_a_turn_finds_the_same_neighbours_as_the_whole_convers
         else:  # the window answered, and at 8 it sometimes could not
             assert len(reads) < len(keys)
             assert reads or near == 32
+    finally:
+        index.close()
+
+
+def test_a_context_vector_is_the_chunks_own_plus_its_neighbours_at_the_weight(
+    tmp_path: Path,
+) -> None:
+    """DenseContext on the real embedded index: the context of a chunk is the unit vector of
+    its windows' mean (made unit) plus the weight times each neighbour's, in conversation
+    order; a new turn updates itself and the chunk on each side, and another conversation's
+    chunks are nobody's neighbours."""
+    index = QdrantEdgeChunkIndex(tmp_path / "chunks", 4, "m")
+    e = [tuple(1.0 if d == n else 0.0 for d in range(4)) for n in range(4)]
+    try:
+        for n, windows in enumerate([(e[0],), (e[1], e[2]), (e[3],)]):
+            index.upsert_turn(
+                TurnKey("t", "ana", "c1", f"u{n}"),
+                T0 + timedelta(minutes=n),
+                [IndexedChunk(0, f"turn {n}", windows, ENCODER.encode_document("x"))],
+            )
+        index.upsert_turn(
+            TurnKey("t", "ana", "c2", "other"),
+            T0,
+            [IndexedChunk(0, "elsewhere", (e[3],), ENCODER.encode_document("x"))],
+        )
+        updates = DenseContext(index, 0.2).turn_updates(
+            TurnKey("t", "ana", "c1", "u1"), T0 + timedelta(minutes=1)
+        )
+        assert [(k.turn_id, chunk, windows) for k, chunk, windows, _ in updates] == [
+            ("u0", 0, (e[0],)),
+            ("u1", 0, (e[1], e[2])),
+            ("u2", 0, (e[3],)),
+        ]
+        half = 1 / math.sqrt(2)  # u1's own vector: the unit mean of e1 and e2
+
+        def unit(v: list[float]) -> list[float]:
+            norm = math.sqrt(sum(x * x for x in v))
+            return [x / norm for x in v]
+
+        expected = [
+            unit([1.0, 0.2 * half, 0.2 * half, 0.0]),  # u0: itself and u1 after it
+            unit([0.2, half, half, 0.2]),  # u1: between u0 and u2
+            unit([0.0, 0.2 * half, 0.2 * half, 1.0]),  # u2: u1 before it
+        ]
+        for (_, _, _, context), want in zip(updates, expected, strict=True):
+            assert context == pytest.approx(want)
+        assert dense_context_weight("e5-small-v2-int8:sha256-x") == 0.2
+        assert dense_context_weight("all-MiniLM-L6-v2-int8:sha256-x") is None
+        assert DenseContext(index, 0.2).turn_updates(TurnKey("t", "ana", "c1", "gone"), T0) == []
     finally:
         index.close()

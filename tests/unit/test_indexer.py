@@ -283,6 +283,18 @@ def test_a_model_with_two_neighbours_a_side_indexes_and_reindexes_in_representat
         assert found("kingfisher") == ("u2", {"u0", "u1", "u2", "u3", "u4"})
         assert found("heron") == ("u0", {"u0", "u1", "u2"})  # u3 is three away
         assert found("swift") == ("u4", {"u2", "u3", "u4"})  # the last turn reached u2
+        # The model's semantic context (context.DENSE_CONTEXT_WEIGHTS): u2's context vector is
+        # its own and its neighbours' at 0.2, searched beside its window.
+        own = index.chunk_windows("t", "ana", "c1", [(f"u{n}", 0) for n in range(5)])
+        assert all(len(windows) == 1 for windows in own.values())
+        mixed = [
+            a + 0.2 * (b + c)
+            for a, b, c in zip(own["u2", 0][0], own["u1", 0][0], own["u3", 0][0], strict=True)
+        ]
+        norm = sum(x * x for x in mixed) ** 0.5
+        context = EncodedQuery(dense=tuple(x / norm for x in mixed), sparse=SparseVector((), ()))
+        best = index.search(SearchScope("t", "ana", frozenset()), context, 5).semantic[0]
+        assert (best.turn_id, round(best.score, 4)) == ("u2", 1.0)
         assert index.count_stale_keyword_chunks(TWO_NEIGHBOURS.version) == 0
         assert index.count_stale_keyword_chunks(KEYWORD_VERSION) == 5
         # Written in representation 3 (one neighbour), then moved on by the reindexer.

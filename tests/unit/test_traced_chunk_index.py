@@ -80,6 +80,8 @@ def test_every_operation_but_the_probe_and_the_shutdown_gets_a_span_of_its_name(
     assert [p.turn_id for p in traced.conversation_places("t", "ana", "c1")] == ["u1"]
     assert traced.places_near("t", "ana", "c1", T0, 4)[0][0].turn_id == "u1"
     assert traced.turn_chunks("t", "ana", [("c1", "u1")]) == {("c1", "u1"): ("heron",)}
+    assert traced.chunk_windows("t", "ana", "c1", [("u1", 0)]) == {("u1", 0): (UNIT,)}
+    traced.set_dense_context([(KEY, 0, (UNIT,), UNIT)])
     assert traced.count("t", "ana") == 1
     traced.delete_before("t", "ana", T0)
     assert traced.count("t", "ana") == 1  # a turn at the cutoff is kept

@@ -93,6 +93,7 @@ from server.adapters.qdrant.layout import (
     PLACE_FIELDS,
     PLACES_PAGE,
     TURN_TIME,
+    WINDOWS,
     ChunkIndexError,
     ChunkIndexLockedError,
     FilterSpec,
@@ -104,8 +105,10 @@ from server.adapters.qdrant.layout import (
     chunk_payload,
     chunk_place,
     chunks_by_turn,
+    context_multivector,
     first_per_turn,
     near_filter,
+    own_windows,
     owner_filter,
     point_id,
     scope_filter,
@@ -456,6 +459,54 @@ class QdrantEdgeChunkIndex:
         self._shard.update(UpdateOperation.set_payload(existing, {KEYWORD_VERSION_FIELD: version}))
 
     @_engine_errors()
+    def chunk_windows(
+        self,
+        tenant_id: str,
+        principal_id: str,
+        conversation_id: str,
+        places: Sequence[tuple[str, int]],
+    ) -> dict[tuple[str, int], tuple[tuple[float, ...], ...]]:
+        """See `DenseVectors.chunk_windows`: the points by id, their dense vectors and the
+        payload's window count."""
+        ids = {
+            point_id(TurnKey(tenant_id, principal_id, conversation_id, turn), chunk): (turn, chunk)
+            for turn, chunk in places
+        }
+        if not ids:
+            return {}
+        records = self._shard.retrieve(list(ids), True, [DENSE_VECTOR])
+        return {ids[str(r.id)]: own_windows(_dense_of(r.vector), r.payload or {}) for r in records}
+
+    @_engine_errors()
+    def set_dense_context(
+        self,
+        updates: Sequence[tuple[TurnKey, int, tuple[tuple[float, ...], ...], tuple[float, ...]]],
+    ) -> None:
+        """See `DenseVectors.set_dense_context`: the chunks still stored get their windows and
+        context as their dense vector, and their window count in the payload."""
+        if not updates:
+            return
+        by_id = {
+            point_id(key, chunk): (windows, context) for key, chunk, windows, context in updates
+        }
+        existing = [str(r.id) for r in self._shard.retrieve(list(by_id), False, False)]
+        if not existing:
+            return
+        self._shard.update(
+            UpdateOperation.update_vectors(
+                [
+                    PointVectors(point, {DENSE_VECTOR: context_multivector(*by_id[point])})
+                    for point in existing
+                ]
+            )
+        )
+        counts: dict[int, list[uuid.UUID | str | int]] = {}
+        for point in existing:
+            counts.setdefault(len(by_id[point][0]), []).append(point)
+        for count, points in counts.items():
+            self._shard.update(UpdateOperation.set_payload(points, {WINDOWS: count}))
+
+    @_engine_errors()
     def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:
         """Delete every chunk of the conversation, however many, in one filtered delete."""
         spec = owner_filter(tenant_id, principal_id, conversation_id)
@@ -586,3 +637,9 @@ def read_model_record(path: Path) -> ModelRecord | None:
     if record is None:
         raise ChunkIndexError(f"{path / RECORD_FILE} is not a Memoria model record")
     return record
+
+
+def _dense_of(vector: Any) -> list[list[float]]:
+    """The dense multivector of a retrieved record's vectors (a mapping by name)."""
+    dense: list[list[float]] = (vector or {}).get(DENSE_VECTOR) or []
+    return dense

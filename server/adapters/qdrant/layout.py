@@ -18,10 +18,13 @@ Layout of the one collection (one for all tenants, DESIGN 4):
   server/domain/keywords.py; absent on points written before it, which are version 1) and
   turn_order (int: the order the turn was accepted in, which orders a conversation's turns
   of equal time; absent on points written before it, read as 0).
+  windows (int: how many of the dense multivector's vectors are the chunk's own windows,
+  written with a context vector after them, server/domain/context.py DenseContext; absent
+  when the multivector is the windows alone).
   No booleans anywhere: the embedded engine's boolean filters silently never match.
 - Vectors: "dense", a MAX_SIM multivector of unit vectors compared by cosine (one vector per
-  window of the chunk); "keyword", a sparse BM25 term-frequency vector with the engine's IDF
-  modifier.
+  window of the chunk, then for some models its context vector); "keyword", a sparse BM25
+  term-frequency vector with the engine's IDF modifier.
 - Payload indexes: keyword on tenant_id (marked is_tenant), principal_id, conversation_id
   (deleted conversations and a search bounded to one conversation) and turn_key; integer on
   chunk_index, keyword_version and turn_time (a search's time bounds, and a turn's neighbours
@@ -65,6 +68,7 @@ TURN_TIME = "turn_time"
 TEXT = "text"
 KEYWORD_VERSION_FIELD = "keyword_version"
 TURN_ORDER = "turn_order"
+WINDOWS = "windows"
 
 PLACE_FIELDS = (TURN_ID, CHUNK_INDEX, TURN_TIME, TURN_ORDER)
 """The payload fields a conversation's order is read from (the text is left on the server)."""
@@ -410,6 +414,23 @@ class ModelRecord:
             "vectors would silently ruin search: configure the same model, or index into a new "
             "collection or data directory."
         )
+
+
+def own_windows(
+    vectors: Sequence[Sequence[float]], payload: Mapping[str, Any]
+) -> tuple[tuple[float, ...], ...]:
+    """A point's window vectors: its dense multivector without the context vector that
+    follows them when the payload counts its windows."""
+    count = payload.get(WINDOWS)
+    kept = vectors[:count] if isinstance(count, int) else vectors
+    return tuple(tuple(float(x) for x in v) for v in kept)
+
+
+def context_multivector(
+    windows: Sequence[Sequence[float]], context: Sequence[float]
+) -> list[list[float]]:
+    """The dense multivector of a chunk with a context vector: its windows, then the context."""
+    return [list(w) for w in windows] + [list(context)]
 
 
 def turn_point_ids(

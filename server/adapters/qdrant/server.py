@@ -98,6 +98,7 @@ from server.adapters.qdrant.layout import (
     PRINCIPAL_ID,
     TURN_KEY,
     TURN_TIME,
+    WINDOWS,
     ChunkIndexError,
     FilterSpec,
     IndexKind,
@@ -108,7 +109,9 @@ from server.adapters.qdrant.layout import (
     chunk_payload,
     chunk_place,
     chunks_by_turn,
+    context_multivector,
     near_filter,
+    own_windows,
     owner_filter,
     point_id,
     scope_filter,
@@ -482,6 +485,71 @@ class QdrantServerChunkIndex:
                 ],
                 wait=True,
             )
+
+    def chunk_windows(
+        self,
+        tenant_id: str,
+        principal_id: str,
+        conversation_id: str,
+        places: Sequence[tuple[str, int]],
+    ) -> dict[tuple[str, int], tuple[tuple[float, ...], ...]]:
+        """See `DenseVectors.chunk_windows`: the points by id, their dense vectors and the
+        payload's window count."""
+        ids = {
+            point_id(TurnKey(tenant_id, principal_id, conversation_id, turn), chunk): (turn, chunk)
+            for turn, chunk in places
+        }
+        if not ids:
+            return {}
+        with self._lock, _unavailable_as_domain_error():
+            records = self._client.retrieve(
+                self._collection,
+                list(ids),
+                with_payload=qm.PayloadSelectorInclude(include=[WINDOWS]),
+                with_vectors=[DENSE_VECTOR],
+            )
+        found = {}
+        for r in records:
+            vectors = r.vector if isinstance(r.vector, dict) else {}
+            dense = vectors.get(DENSE_VECTOR) or []
+            found[ids[str(r.id)]] = own_windows(dense, r.payload or {})  # type: ignore[arg-type]
+        return found
+
+    def set_dense_context(
+        self,
+        updates: Sequence[tuple[TurnKey, int, tuple[tuple[float, ...], ...], tuple[float, ...]]],
+    ) -> None:
+        """See `DenseVectors.set_dense_context`: the chunks still stored get their windows and
+        context as their dense vector and their window count in the payload, in one request."""
+        if not updates:
+            return
+        by_id = {
+            point_id(key, chunk): (windows, context) for key, chunk, windows, context in updates
+        }
+        with self._lock, _unavailable_as_domain_error():
+            found = self._client.retrieve(
+                self._collection, list(by_id), with_payload=False, with_vectors=False
+            )
+            existing = [str(r.id) for r in found]
+            if not existing:
+                return
+            counts: dict[int, list[qm.ExtendedPointId]] = {}
+            for point in existing:
+                counts.setdefault(len(by_id[point][0]), []).append(point)
+            vectors = [
+                qm.PointVectors(id=point, vector={DENSE_VECTOR: context_multivector(*by_id[point])})
+                for point in existing
+            ]
+            operations: list[qm.UpdateOperation] = [
+                qm.UpdateVectorsOperation(update_vectors=qm.UpdateVectors(points=vectors)),
+                *(
+                    qm.SetPayloadOperation(
+                        set_payload=qm.SetPayload(payload={WINDOWS: count}, points=points)
+                    )
+                    for count, points in counts.items()
+                ),
+            ]
+            self._client.batch_update_points(self._collection, operations, wait=True)
 
     def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:
         """Delete every chunk of the conversation, however many, in one filtered delete."""

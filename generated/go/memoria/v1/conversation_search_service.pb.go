@@ -422,7 +422,8 @@ type SearchHit struct {
 	TurnTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=turn_time,json=turnTime,proto3" json:"turn_time,omitempty"`
 	// Fused score, 0 to 1: each retrieval side's scores are min-max normalized
 	// over that side's top turns of this search (its best 1, its last 0), and
-	// the score is 0.8 times the keyword value plus 0.2 times the semantic value
+	// the score is the embedding model's keyword share (0.8 for the default
+	// model) times the keyword value plus the rest times the semantic value
 	// (0 for a side that did not find the turn). Higher is better; only
 	// comparable within one response. The weights may change between releases.
 	// (Before this fusion the score was reciprocal rank fusion.) For how well
@@ -436,9 +437,10 @@ type SearchHit struct {
 	// semantic retrieval did not find it.
 	SemanticRank int32 `protobuf:"varint,8,opt,name=semantic_rank,json=semanticRank,proto3" json:"semantic_rank,omitempty"`
 	// How close the turn is to the query in meaning: the cosine similarity, -1
-	// to 1, of the query to the turn's best window, on the embedding model's
-	// own scale; comparable across searches served with one model. Absent when
-	// semantic retrieval did not find the turn.
+	// to 1, of the query to the turn's best window (with some embedding models,
+	// or to its context vector: its meaning with its neighbours'), on the
+	// embedding model's own scale; comparable across searches served with one
+	// model. Absent when semantic retrieval did not find the turn.
 	SemanticSimilarity *float64 `protobuf:"fixed64,9,opt,name=semantic_similarity,json=semanticSimilarity,proto3,oneof" json:"semantic_similarity,omitempty"`
 	// Share of the query's distinct terms (stemmed words, stop words left out,
 	// ids such as `acct-4821` kept whole) that the chunk's text and its turn's

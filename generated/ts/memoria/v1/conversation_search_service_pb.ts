@@ -263,7 +263,8 @@ export type SearchHit = Message<"memoria.v1.SearchHit"> & {
   /**
    * Fused score, 0 to 1: each retrieval side's scores are min-max normalized
    * over that side's top turns of this search (its best 1, its last 0), and
-   * the score is 0.8 times the keyword value plus 0.2 times the semantic value
+   * the score is the embedding model's keyword share (0.8 for the default
+   * model) times the keyword value plus the rest times the semantic value
    * (0 for a side that did not find the turn). Higher is better; only
    * comparable within one response. The weights may change between releases.
    * (Before this fusion the score was reciprocal rank fusion.) For how well
@@ -292,9 +293,10 @@ export type SearchHit = Message<"memoria.v1.SearchHit"> & {
 
   /**
    * How close the turn is to the query in meaning: the cosine similarity, -1
-   * to 1, of the query to the turn's best window, on the embedding model's
-   * own scale; comparable across searches served with one model. Absent when
-   * semantic retrieval did not find the turn.
+   * to 1, of the query to the turn's best window (with some embedding models,
+   * or to its context vector: its meaning with its neighbours'), on the
+   * embedding model's own scale; comparable across searches served with one
+   * model. Absent when semantic retrieval did not find the turn.
    *
    * @generated from field: optional double semantic_similarity = 9;
    */
