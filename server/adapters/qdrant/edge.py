@@ -110,12 +110,14 @@ from server.adapters.qdrant.layout import (
     near_filter,
     own_windows,
     owner_filter,
+    place_point_ids,
     point_id,
     scope_filter,
     stale_chunks_filter,
     stale_keywords_filter,
     stored_chunk,
     turn_point_ids,
+    windows_counts,
 )
 from server.domain.errors import ErrorReason, MemoriaError, StorageFull
 from server.domain.model import (
@@ -468,10 +470,7 @@ class QdrantEdgeChunkIndex:
     ) -> dict[tuple[str, int], tuple[tuple[float, ...], ...]]:
         """See `DenseVectors.chunk_windows`: the points by id, their dense vectors and the
         payload's window count."""
-        ids = {
-            point_id(TurnKey(tenant_id, principal_id, conversation_id, turn), chunk): (turn, chunk)
-            for turn, chunk in places
-        }
+        ids = place_point_ids(tenant_id, principal_id, conversation_id, places)
         if not ids:
             return {}
         records = self._shard.retrieve(list(ids), True, [DENSE_VECTOR])
@@ -500,11 +499,9 @@ class QdrantEdgeChunkIndex:
                 ]
             )
         )
-        counts: dict[int, list[uuid.UUID | str | int]] = {}
-        for point in existing:
-            counts.setdefault(len(by_id[point][0]), []).append(point)
-        for count, points in counts.items():
-            self._shard.update(UpdateOperation.set_payload(points, {WINDOWS: count}))
+        windows = {point: by_id[point][0] for point in existing}
+        for count, points in windows_counts(existing, windows).items():
+            self._shard.update(UpdateOperation.set_payload(list(points), {WINDOWS: count}))
 
     @_engine_errors()
     def delete_conversation(self, tenant_id: str, principal_id: str, conversation_id: str) -> None:

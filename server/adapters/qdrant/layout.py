@@ -416,6 +416,26 @@ class ModelRecord:
         )
 
 
+def place_point_ids(
+    tenant_id: str, principal_id: str, conversation_id: str, places: Iterable[tuple[str, int]]
+) -> dict[str, tuple[str, int]]:
+    """The point id of each (turn id, chunk index) place of one conversation, to its place."""
+    return {
+        point_id(TurnKey(tenant_id, principal_id, conversation_id, turn), chunk): (turn, chunk)
+        for turn, chunk in places
+    }
+
+
+def windows_counts(
+    points: Iterable[str], windows: Mapping[str, Sequence[object]]
+) -> dict[int, list[str]]:
+    """The points grouped by their window count (one payload write per count)."""
+    counts: dict[int, list[str]] = {}
+    for point in points:
+        counts.setdefault(len(windows[point]), []).append(point)
+    return counts
+
+
 def own_windows(
     vectors: Sequence[Sequence[float]], payload: Mapping[str, Any]
 ) -> tuple[tuple[float, ...], ...]:

@@ -113,12 +113,14 @@ from server.adapters.qdrant.layout import (
     near_filter,
     own_windows,
     owner_filter,
+    place_point_ids,
     point_id,
     scope_filter,
     stale_chunks_filter,
     stale_keywords_filter,
     stored_chunk,
     turn_point_ids,
+    windows_counts,
 )
 from server.domain.errors import ErrorReason, MemoriaError
 from server.domain.model import (
@@ -495,10 +497,7 @@ class QdrantServerChunkIndex:
     ) -> dict[tuple[str, int], tuple[tuple[float, ...], ...]]:
         """See `DenseVectors.chunk_windows`: the points by id, their dense vectors and the
         payload's window count."""
-        ids = {
-            point_id(TurnKey(tenant_id, principal_id, conversation_id, turn), chunk): (turn, chunk)
-            for turn, chunk in places
-        }
+        ids = place_point_ids(tenant_id, principal_id, conversation_id, places)
         if not ids:
             return {}
         with self._lock, _unavailable_as_domain_error():
@@ -533,9 +532,7 @@ class QdrantServerChunkIndex:
             existing = [str(r.id) for r in found]
             if not existing:
                 return
-            counts: dict[int, list[qm.ExtendedPointId]] = {}
-            for point in existing:
-                counts.setdefault(len(by_id[point][0]), []).append(point)
+            windows = {point: by_id[point][0] for point in existing}
             vectors = [
                 qm.PointVectors(id=point, vector={DENSE_VECTOR: context_multivector(*by_id[point])})
                 for point in existing
@@ -544,9 +541,9 @@ class QdrantServerChunkIndex:
                 qm.UpdateVectorsOperation(update_vectors=qm.UpdateVectors(points=vectors)),
                 *(
                     qm.SetPayloadOperation(
-                        set_payload=qm.SetPayload(payload={WINDOWS: count}, points=points)
+                        set_payload=qm.SetPayload(payload={WINDOWS: count}, points=list(points))
                     )
-                    for count, points in counts.items()
+                    for count, points in windows_counts(existing, windows).items()
                 ),
             ]
             self._client.batch_update_points(self._collection, operations, wait=True)
