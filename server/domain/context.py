@@ -32,6 +32,11 @@ of the window; when the window cannot place twice the reach in chunks on each si
 (`neighbourhood`). Two turns of one conversation indexed at the same moment by two processes
 can each miss the other, leaving one neighbour's context without the other until either turn
 is indexed again; each turn's own words and windows are always there, so it is found by them.
+A context vector is written with the windows it was read with (the engine has no per-vector
+update of a multivector): when a turn is sent again with new text while another processor
+writes its neighbour's context, the turn can keep its previous windows until it is indexed
+again. One indexing thread (the default) never races with itself; a chunk deleted meanwhile
+is never written back (the engine refuses to update a missing point).
 """
 
 from __future__ import annotations
