@@ -35,8 +35,9 @@ is indexed again; each turn's own words and windows are always there, so it is f
 A context vector is written with the windows it was read with (the engine has no per-vector
 update of a multivector): when a turn is sent again with new text while another processor
 writes its neighbour's context, the turn can keep its previous windows until it is indexed
-again. One indexing thread (the default) never races with itself; a chunk deleted meanwhile
-is never written back (the engine refuses to update a missing point).
+again (rare: a turn re-sent while another thread or process indexes its neighbour, an
+IndexTurn that waits included); a chunk deleted meanwhile is never written back (the engine
+refuses to update a missing point, and the neighbour's indexing is tried again).
 """
 
 from __future__ import annotations
