@@ -203,8 +203,11 @@ def candidates(principals: list[Principal], lab: Lab) -> list[list[Candidates]]:
     shape = keyword_representation(lab.embedder.model_id)  # the model's, as the service's
     variant = context_name(shape.neighbours, shape.neighbours, shape.weight)
     kw = lab.keyword_scores(variant, "collection")
-    weight = dense_context_weight(lab.embedder.model_id)  # the model's, as the service's
-    sem = over_empty(lab, lab.dense_scores("own") if weight is None else dense_context(lab, weight))
+    # The semantic side as the service ranks it (with the model's context vector, if any) and
+    # as its floor reads it (the windows alone: relevance.Relevance's `windows`).
+    weight = dense_context_weight(lab.embedder.model_id)
+    gate = over_empty(lab, lab.dense_scores("own"))
+    sem = gate if weight is None else over_empty(lab, dense_context(lab, weight))
     share = keyword_weight(lab.embedder.model_id)
     vectors = [[set(d) for d in docs] for docs in lab.keyword_documents(variant)]
     chunks = sum(len(v) for v in vectors)
@@ -257,7 +260,7 @@ def candidates(principals: list[Principal], lab: Lab) -> list[list[Candidates]]:
                         dtype=bool,
                     ),
                     listed=raw > 0,
-                    cosine=np.array([sem[pi][qi][i] for i in order], dtype=np.float64),
+                    cosine=np.array([gate[pi][qi][i] for i in order], dtype=np.float64),
                     measures={
                         "none": np.zeros_like(raw),
                         "raw": raw,

@@ -100,6 +100,7 @@ def fuse(
                 semantic_rank=semantic_rank,
                 semantic_similarity=similarity,
                 other_text=None if other is None else other.text,
+                semantic_chunk=sides["semantic"][2].chunk_index if "semantic" in sides else None,
             )
         )
     # Equal scores go to the newer turn (issue 24: questions point back to what was decided

@@ -315,6 +315,7 @@ class SearchHit:
     semantic_similarity: float | None = None
     keyword_coverage: float = 0.0
     other_text: str | None = None
+    semantic_chunk: int | None = None  # the chunk the semantic side found (its similarity's)
 
 
 class AcceptOutcome(enum.Enum):

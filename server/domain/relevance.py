@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from server.domain.keywords import KeywordEncoder, is_id_like, keyword_document
 from server.domain.model import SearchHit
@@ -73,15 +73,13 @@ e5-small-v2 the best one (0.75) kept recall@5 but emptied only 0.06 of the queri
 other people's conversations (MiniLM's 0.325: 0.46). The empty passage measures, per query and
 without looking at any hit, how similar that query finds a text that says nothing. The floor
 is its natural point, 0 (more similar than saying nothing). Measured with bench/search_floor.py
-(`--embedder e5-small-v2-int8`, exact clause, gate): before the model's context vector
-(server/domain/context.py), every held-out file chose 0 without a margin, recall@5 unchanged
-and 0.455 of the foreign queries empty; with it (a turn's similarity is also its context's, so
-unrelated queries come closer) 0 keeps recall@5 on all four files (0.849) and empties 0.258
-(held out, three files chose 0 and one 0.025: 0.381, one question lost). On the synthetic
-corpus every id query is still found. Both sit at an edge: a step higher loses a question, so
-the margin rule would take -0.025 and empty 0.06-0.07 (docs/decisions.md). Still a function of
-the query and the turn alone, so a hit's standing never depends on the other hits of its
-search."""
+(`--embedder e5-small-v2-int8`, exact clause, gate, the floor reading a hit's windows alone:
+`Relevance.windows`, since the model's context vector, server/domain/context.py, would let
+unrelated queries come closer): every held-out file chose 0 without a margin, recall@5
+unchanged (0.849) and 0.455 of the foreign queries empty; on the synthetic corpus every id
+query is still found. It sits at an edge: a step higher loses a question, so the margin rule
+would take -0.025 and empty 0.07 (docs/decisions.md). Still a function of the query and the
+turn alone, so a hit's standing never depends on the other hits of its search."""
 
 EXACT_DEPTH = 10
 """How many of the keyword side's best turns are read for an exact match (every query term or
@@ -106,12 +104,25 @@ def query_floor(
     return floor + math.fsum(map(operator.mul, query, empty_passage()))
 
 
+WindowSimilarity = Callable[[Sequence[SearchHit]], Mapping[tuple[str, str], float]]
+"""The hits' similarity to their windows alone, by (conversation, turn): for a model whose
+chunks hold a context vector (server/domain/context.py), whose similarity the engine reports
+as the best of windows and context."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Relevance:
-    """The gate and the measures for one search's fused list (see the module docstring)."""
+    """The gate and the measures for one search's fused list (see the module docstring).
+
+    `windows`, for a model with a context vector: the floor reads a hit's similarity to its
+    own windows, so a turn is a strong match by what it says itself, while its neighbours
+    still help it rank. Measured (bench/search_floor.py, e5-small-v2): with the context
+    vector's similarity the floor 0 empties 0.258 of the foreign queries, with the windows'
+    0.455, recall@5 unchanged (docs/decisions.md)."""
 
     keywords: KeywordEncoder
     floor: float | None
+    windows: WindowSimilarity | None = None
 
     def page(self, query: str, fused: Sequence[SearchHit], turns: int) -> list[SearchHit]:
         """The first `turns` of `fused` (best first) that the rule keeps, each with its keyword
@@ -131,10 +142,14 @@ class Relevance:
         kept = list(fused)
         if self.floor is not None:
             floor = self.floor
-            similar = any(_reaches(h, floor) for h in fused)
-            if not similar and not _exact(query_terms, fused, terms_of):
+            reaching = [h for h in fused if _reaches(h, floor)]
+            if self.windows is not None and reaching:  # only these can reach it by windows
+                own = self.windows(reaching)
+                reaching = [h for h in reaching if own.get(_turn(h), -math.inf) >= floor]
+            strong = {_turn(h) for h in reaching}
+            if not strong and not _exact(query_terms, fused, terms_of):
                 return []
-            kept = [h for h in fused if h.keyword_rank or _reaches(h, floor)]
+            kept = [h for h in fused if h.keyword_rank or _turn(h) in strong]
         return [
             dataclasses.replace(
                 h, keyword_coverage=len(query_terms & terms_of(h)) / len(query_terms)
@@ -143,6 +158,10 @@ class Relevance:
             else h
             for h in kept[:turns]
         ]
+
+
+def _turn(hit: SearchHit) -> tuple[str, str]:
+    return hit.conversation_id, hit.turn_id
 
 
 def _reaches(hit: SearchHit, floor: float) -> bool:

@@ -23,8 +23,14 @@ every search at once, purged or not.
 
 from __future__ import annotations
 
+import functools
+import math
+import operator
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from server.domain.context import dense_context_weight
 from server.domain.errors import FieldViolation, invalid
 from server.domain.fusion import fuse, keyword_weight, retrieval_depth
 from server.domain.ids import id_violations, turn_reference_violations
@@ -43,6 +49,7 @@ from server.domain.model import (
 from server.domain.ports import (
     ChunkSearch,
     Clock,
+    DenseVectors,
     Embedder,
     InspectionStore,
     MemoryStore,
@@ -78,6 +85,7 @@ class ConversationSearch:
     inspections: InspectionStore | None = None
     retention: TurnRetention = KEEP_EVERYTHING
     gated: bool = True
+    windows: DenseVectors | None = None
     _empty: dict[str, tuple[float, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -168,8 +176,33 @@ class ConversationSearch:
         found = self.chunks.search(scope, encoded, depth)
         fused = fuse(found, 2 * depth, keyword_weight(model))  # every turn found
         floor = query_floor(model, encoded.dense, self._empty_passage) if self.gated else None
-        relevance = Relevance(self.keywords, floor)
+        windows = None
+        if self.windows is not None and dense_context_weight(model) is not None:
+            windows = functools.partial(self._window_similarity, who, encoded.dense)
+        relevance = Relevance(self.keywords, floor, windows)
         return relevance.page(text, fused, turns)
+
+    def _window_similarity(
+        self, who: Identity, query: tuple[float, ...], hits: Sequence[SearchHit]
+    ) -> dict[tuple[str, str], float]:
+        """Each hit's cosine to the windows alone of the chunk the semantic side found (its
+        context vector left out: relevance.Relevance's `windows`), read in one call per
+        conversation; a hit whose chunk is gone (deleted meanwhile) is left out."""
+        assert self.windows is not None
+        places: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        for hit in hits:
+            if hit.semantic_chunk is not None:
+                places[hit.conversation_id].append((hit.turn_id, hit.semantic_chunk))
+        similarity: dict[tuple[str, str], float] = {}
+        for conversation, wanted in places.items():
+            found = self.windows.chunk_windows(
+                who.tenant_id, who.principal_id, conversation, wanted
+            )
+            for (turn, _), vectors in found.items():
+                similarity[conversation, turn] = max(
+                    math.fsum(map(operator.mul, query, vector)) for vector in vectors
+                )
+        return similarity
 
 
 def bounds_violations(bounds: SearchBounds) -> list[FieldViolation]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -172,3 +173,27 @@ def test_a_floor_over_the_empty_passage_moves_with_the_query() -> None:
     assert query_floor(minilm, (1.0, 0.0, 0.0), empty) == SEMANTIC_FLOORS["all-MiniLM-L6-v2-int8"]
     assert query_floor("openai:text-embedding-3-small:1536", (1.0,), empty) is None
     assert len(asked) == 2
+
+
+def test_with_a_context_vector_the_floor_reads_the_windows_alone() -> None:
+    """For a model whose chunks hold a context vector, a turn is a strong match by its own
+    windows: the engine's similarity (windows or context) only says which hits to ask about."""
+    asked: list[list[str]] = []
+    own = {("c", "near"): FLOOR - 0.2, ("c", "close"): FLOOR + 0.1, ("c", "word"): 0.0}
+
+    def windows(hits: Sequence[SearchHit]) -> dict[tuple[str, str], float]:
+        asked.append(ids(list(hits)))
+        return {k: v for k, v in own.items() if k[1] in ids(list(hits))}
+
+    gate = Relevance(KeywordEncoder(), FLOOR, windows)
+    by_context = [hit("near", "office move", similarity=FLOOR + 0.2)]
+    assert gate.page("quarterly tax filing", by_context, 10) == []  # its neighbours only
+    assert GATE.page("quarterly tax filing", by_context, 10) != []  # as the engine said
+    fused = [
+        *by_context,
+        hit("close", "tax return filed", similarity=FLOOR + 0.15),
+        hit("word", "the quarterly plan", keyword_rank=1, similarity=0.1),
+        hit("far", "lunch", similarity=FLOOR - 0.3),
+    ]
+    assert ids(gate.page("quarterly tax filing", fused, 10)) == ["close", "word"]
+    assert asked == [["near"], ["near", "close"]]  # only the hits at or above the floor

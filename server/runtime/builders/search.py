@@ -119,6 +119,7 @@ def build_conversations(
             inspections,
             turn_retention(settings),
             gated=settings.memory.search_mode == "hybrid",
+            windows=parts.index,
         ),
         removal=ConversationRemoval(parts.units, parts.index, utc_now, wake_worker, inspections),
     )

@@ -58,11 +58,12 @@ class ConversationSearchServiceStub:
     (see `SearchHit.score`) and returns the best chunk of each matching turn,
     best first. Only turns that share something real with the query are
     returned: a search answers when one turn is a strong match (its
-    `semantic_similarity` reaches the model's calibrated floor, or it holds
-    every term of the query or one of its ids such as `acct-4821`), and then
-    returns the turns that share a term with the query or reach that floor;
-    otherwise it returns no hits. (With an embedding model that has no
-    calibrated floor, every search answers.) Turns of deleted
+    `semantic_similarity`, or with a model that adds a context vector its
+    similarity to its own windows, reaches the model's calibrated floor, or
+    it holds every term of the query or one of its ids such as `acct-4821`),
+    and then returns the turns that share a term with the query or reach
+    that floor; otherwise it returns no hits. (With an embedding model that
+    has no calibrated floor, every search answers.) Turns of deleted
     conversations never appear. Empty when memory is off. If either retrieval
     side is unavailable the call fails (UNAVAILABLE) rather than returning
     results from one side only.
@@ -153,11 +154,12 @@ class ConversationSearchServiceAsyncStub(ConversationSearchServiceStub):
     (see `SearchHit.score`) and returns the best chunk of each matching turn,
     best first. Only turns that share something real with the query are
     returned: a search answers when one turn is a strong match (its
-    `semantic_similarity` reaches the model's calibrated floor, or it holds
-    every term of the query or one of its ids such as `acct-4821`), and then
-    returns the turns that share a term with the query or reach that floor;
-    otherwise it returns no hits. (With an embedding model that has no
-    calibrated floor, every search answers.) Turns of deleted
+    `semantic_similarity`, or with a model that adds a context vector its
+    similarity to its own windows, reaches the model's calibrated floor, or
+    it holds every term of the query or one of its ids such as `acct-4821`),
+    and then returns the turns that share a term with the query or reach
+    that floor; otherwise it returns no hits. (With an embedding model that
+    has no calibrated floor, every search answers.) Turns of deleted
     conversations never appear. Empty when memory is off. If either retrieval
     side is unavailable the call fails (UNAVAILABLE) rather than returning
     results from one side only.
@@ -257,11 +259,12 @@ class ConversationSearchServiceServicer(metaclass=_abc_1.ABCMeta):
         (see `SearchHit.score`) and returns the best chunk of each matching turn,
         best first. Only turns that share something real with the query are
         returned: a search answers when one turn is a strong match (its
-        `semantic_similarity` reaches the model's calibrated floor, or it holds
-        every term of the query or one of its ids such as `acct-4821`), and then
-        returns the turns that share a term with the query or reach that floor;
-        otherwise it returns no hits. (With an embedding model that has no
-        calibrated floor, every search answers.) Turns of deleted
+        `semantic_similarity`, or with a model that adds a context vector its
+        similarity to its own windows, reaches the model's calibrated floor, or
+        it holds every term of the query or one of its ids such as `acct-4821`),
+        and then returns the turns that share a term with the query or reach
+        that floor; otherwise it returns no hits. (With an embedding model that
+        has no calibrated floor, every search answers.) Turns of deleted
         conversations never appear. Empty when memory is off. If either retrieval
         side is unavailable the call fails (UNAVAILABLE) rather than returning
         results from one side only.
