@@ -36,7 +36,6 @@ caller, its `run` thread-safe and releasing the GIL.
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,9 +43,6 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-
-os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")  # see server/adapters/embedding/minilm.py
-import onnxruntime as ort  # type: ignore[import-untyped]  # ships no type information
 from tokenizers import Tokenizer
 
 from server.adapters.embedding.minilm import (
@@ -54,6 +50,8 @@ from server.adapters.embedding.minilm import (
     WINDOW_OVERLAP,
     Multivector,
     Vector,
+    cpu_session,
+    token_id,
     window_spans,
 )
 
@@ -135,8 +133,8 @@ class E5SmallV2Embedder:
         tokenizer.no_truncation()  # windows are cut here; afterwards only read
         tokenizer.no_padding()
         self._tokenizer = tokenizer
-        self._cls_id = _token_id(tokenizer, "[CLS]")
-        self._sep_id = _token_id(tokenizer, "[SEP]")
+        self._cls_id = token_id(tokenizer, "[CLS]")
+        self._sep_id = token_id(tokenizer, "[SEP]")
         self._passage = self._word_pieces(PASSAGE_PREFIX)
         self._query = self._word_pieces(QUERY_PREFIX)
         self._window = MAX_TOKENS - 2 - len(self._passage)
@@ -145,15 +143,7 @@ class E5SmallV2Embedder:
             ":fitted"
         )
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.log_severity_level = 3  # errors only
-        ort.disable_telemetry_events()
-        self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        self._session = cpu_session(model, intra_op_threads)
         inputs = [i.name for i in self._session.get_inputs()]
         if inputs != ["input_ids", "attention_mask", "token_type_ids"]:
             raise ValueError(f"{model_path}: unexpected inputs {inputs}")
@@ -197,10 +187,3 @@ class E5SmallV2Embedder:
         (hidden,) = self._session.run(None, feed)
         pooled = hidden[0].mean(axis=0)  # every token is attended: the mask's mean
         return tuple((pooled / np.linalg.norm(pooled)).tolist())
-
-
-def _token_id(tokenizer: Tokenizer, token: str) -> int:
-    token_id = tokenizer.token_to_id(token)
-    if token_id is None:
-        raise ValueError(f"tokenizer has no {token} token")
-    return token_id

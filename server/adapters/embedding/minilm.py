@@ -161,8 +161,8 @@ class OnnxMiniLmEmbedder:
         tokenizer.no_truncation()
         tokenizer.no_padding()
         self._tokenizer = tokenizer
-        self._cls_id = _token_id(tokenizer, "[CLS]")
-        self._sep_id = _token_id(tokenizer, "[SEP]")
+        self._cls_id = token_id(tokenizer, "[CLS]")
+        self._sep_id = token_id(tokenizer, "[SEP]")
 
         config = onnx_minilm.BertConfig.from_file(model_dir / "config.json")
         if config.hidden_size != DIMENSION:
@@ -185,19 +185,7 @@ class OnnxMiniLmEmbedder:
         model = onnx_minilm.build_model(load_safetensors(raw_weights), config, quantize=quantized)
         del raw_weights
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Idle intra-op threads would spin waiting for work, taking CPU from the gRPC
-        # threads on a small machine.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.log_severity_level = 3  # errors only
-        ort.disable_telemetry_events()  # and its event tracing too (see the import)
-        self._session = ort.InferenceSession(
-            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-        )
+        self._session = cpu_session(model.SerializeToString(), intra_op_threads)
 
     @property
     def model_id(self) -> str:
@@ -265,8 +253,26 @@ class OnnxMiniLmEmbedder:
         return result
 
 
-def _token_id(tokenizer: Tokenizer, token: str) -> int:
-    token_id = tokenizer.token_to_id(token)
-    if token_id is None:
+def cpu_session(model: bytes, intra_op_threads: int) -> ort.InferenceSession:
+    """An onnxruntime session on the CPU as every in-process model here runs: `intra_op_threads`
+    threads a run (DEFAULT_INTRA_OP_THREADS), sequential, all graph optimizations, errors
+    only, no telemetry."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Idle intra-op threads would spin waiting for work, taking CPU from the gRPC threads on a
+    # small machine.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3  # errors only
+    ort.disable_telemetry_events()  # and its event tracing too (see the import)
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def token_id(tokenizer: Tokenizer, token: str) -> int:
+    """The id of a special token (`[CLS]`, `[SEP]`) in `tokenizer`; ValueError without it."""
+    found = tokenizer.token_to_id(token)
+    if found is None:
         raise ValueError(f"tokenizer has no {token} token")
-    return token_id
+    return int(found)
