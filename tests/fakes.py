@@ -27,6 +27,7 @@ from server.domain.model import (
     ClaimedTurn,
     ConversationPurge,
     ConversationSummary,
+    DenseContextUpdate,
     EncodedQuery,
     ExpiryCutoffs,
     IndexedChunk,
@@ -393,7 +394,7 @@ class InMemoryChunkIndex:
 
     def set_dense_context(
         self,
-        updates: Sequence[tuple[TurnKey, int, tuple[tuple[float, ...], ...], tuple[float, ...]]],
+        updates: Sequence[DenseContextUpdate],
     ) -> None:
         with self._storage.lock:
             for key, chunk, windows, context in updates:

@@ -55,7 +55,13 @@ from server.domain.keywords import (
     KeywordRepresentation,
     keyword_document,
 )
-from server.domain.model import ChunkPlace, SparseVector, StoredChunk, TurnKey
+from server.domain.model import (
+    ChunkPlace,
+    DenseContextUpdate,
+    SparseVector,
+    StoredChunk,
+    TurnKey,
+)
 from server.domain.ports import ChunkPlaces, DenseVectors
 
 Update = tuple[StoredChunk, SparseVector]
@@ -252,9 +258,6 @@ def dense_context_weight(model_id: str) -> float | None:
     return DENSE_CONTEXT_WEIGHTS.get(model_id.split(":", 1)[0])
 
 
-DenseUpdate = tuple[TurnKey, int, tuple[tuple[float, ...], ...], tuple[float, ...]]
-
-
 class DenseVectorPlaces(ChunkPlaces, DenseVectors, Protocol):
     """What the semantic context reads and writes: places, windows, context vectors."""
 
@@ -271,7 +274,7 @@ class DenseContext:
         self._index = index
         self._weight = weight
 
-    def turn_updates(self, key: TurnKey, turn_time: datetime) -> list[DenseUpdate]:
+    def turn_updates(self, key: TurnKey, turn_time: datetime) -> list[DenseContextUpdate]:
         """The context vectors of the turn's stored chunks and the chunk on each side of it
         (their context now holds the turn); none if the turn has no chunks (deleted)."""
         order, at = neighbourhood(self._index, key, turn_time, 1)
@@ -290,7 +293,7 @@ class DenseContext:
             for j in read
             if (found := windows.get((order[j].turn_id, order[j].chunk_index)))
         }
-        updates: list[DenseUpdate] = []
+        updates: list[DenseContextUpdate] = []
         for i in targets:
             if i not in own:
                 continue  # deleted meanwhile

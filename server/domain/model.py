@@ -237,6 +237,11 @@ class TurnKey:
     turn_id: str
 
 
+DenseContextUpdate = tuple[TurnKey, int, tuple[tuple[float, ...], ...], tuple[float, ...]]
+"""A chunk's (turn, chunk index) new semantic multivector: its windows, then its context
+vector (server/domain/context.py, DenseContext)."""
+
+
 @dataclass(frozen=True)
 class SearchBounds:
     """Where the caller asked a search to look: one conversation, and a span of turn times.

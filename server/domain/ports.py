@@ -16,6 +16,7 @@ from server.domain.model import (
     ClaimedTurn,
     ConversationPurge,
     ConversationSummary,
+    DenseContextUpdate,
     EncodedQuery,
     ExpiryCutoffs,
     IndexedChunk,
@@ -196,7 +197,7 @@ class DenseVectors(Protocol):
 
     def set_dense_context(
         self,
-        updates: Sequence[tuple[TurnKey, int, tuple[tuple[float, ...], ...], tuple[float, ...]]],
+        updates: Sequence[DenseContextUpdate],
     ) -> None:
         """Each chunk's (turn key, chunk index) semantic multivector becomes its windows then
         its context vector; the next `chunk_windows` gives the windows alone. A chunk deleted

@@ -124,6 +124,7 @@ from server.domain.model import (
     EVERYONE,
     ChunkHit,
     ChunkPlace,
+    DenseContextUpdate,
     EncodedQuery,
     IndexedChunk,
     Owner,
@@ -479,7 +480,7 @@ class QdrantEdgeChunkIndex:
     @_engine_errors()
     def set_dense_context(
         self,
-        updates: Sequence[tuple[TurnKey, int, tuple[tuple[float, ...], ...], tuple[float, ...]]],
+        updates: Sequence[DenseContextUpdate],
     ) -> None:
         """See `DenseVectors.set_dense_context`: the chunks still stored get their windows and
         context as their dense vector, and their window count in the payload."""

@@ -127,6 +127,7 @@ from server.domain.model import (
     EVERYONE,
     ChunkHit,
     ChunkPlace,
+    DenseContextUpdate,
     EncodedQuery,
     IndexedChunk,
     Owner,
@@ -516,7 +517,7 @@ class QdrantServerChunkIndex:
 
     def set_dense_context(
         self,
-        updates: Sequence[tuple[TurnKey, int, tuple[tuple[float, ...], ...], tuple[float, ...]]],
+        updates: Sequence[DenseContextUpdate],
     ) -> None:
         """See `DenseVectors.set_dense_context`: the chunks still stored get their windows and
         context as their dense vector and their window count in the payload, in one request."""
