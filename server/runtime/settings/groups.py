@@ -361,9 +361,10 @@ class EmbeddingSettings(SettingsGroup):
     """the in-process model when MEMORIA_EMBEDDING_URL is unset; unset: the model the chunk index
     was made with, `all-MiniLM-L6-v2-int8` for a new one (all-MiniLM-L6-v2 with 8-bit dense
     layers: dev-set recall and MRR within 0.005 of float32's, under half the indexing cost);
-    `all-MiniLM-L6-v2` is the float32 model; `e5-small-v2-int8` (fetched at setup by
-    scripts/fetch_model.py) is retrieval-trained English, the best dev-set ranking measured, at
-    ~1.8x the 8-bit MiniLM's indexing cost; `multilingual-e5-small-q4` (extra `e5`) is
+    `all-MiniLM-L6-v2` is the float32 model; `e5-small-v2-int8` (fetched by
+    scripts/fetch_model.py: `make setup`, or `make serve` when this chooses it) is
+    retrieval-trained English, the best dev-set ranking measured, at ~2x the 8-bit MiniLM's
+    indexing cost; `multilingual-e5-small-q4` (extra `e5`) is
     retrieval-trained and multilingual, at ~5-7x the float32 model's indexing cost per chunk"""
     threads: int = Field(default=1, ge=1, le=64)
     """onnxruntime threads per embedding call (the in-process model)"""
