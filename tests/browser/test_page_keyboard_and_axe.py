@@ -237,6 +237,16 @@ def test_save_and_its_outcome_fit_the_first_screen(person: Person) -> None:
     assert page.evaluate("window.scrollY") == 0
     page.screenshot(path="/tmp/page-1280.png")
     page.set_viewport_size(PHONE)
+    # On a phone each id stays whole on one line (the tenant's moves down whole rather than
+    # breaking after its hyphen, where "t-" and the rest read as two words).
+    ids = page.locator("#who .id")
+    expect(ids).to_have_count(2)
+    for span in ids.all():
+        lines = span.evaluate(
+            "e => { const r = document.createRange(); r.selectNodeContents(e);"
+            " return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size; }"
+        )
+        assert lines == 1, span.text_content()
     page.screenshot(path="/tmp/page-390.png")
     page.screenshot(path="/tmp/page-390-full.png", full_page=True)
 

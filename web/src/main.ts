@@ -687,12 +687,21 @@ function showMode(): void {
 function showSignedIn(signedIn: boolean): void {
   $("sign-in-form").hidden = signedIn;
   $("signed-in").hidden = !signedIn;
-  $("who").textContent =
-    identity.mode === "headers"
-      ? `You are ${identity.principal} of tenant ${identity.tenant}.`
-      : identity.mode === "token"
-        ? "You are signed in with your access token."
-        : "You are signed in by the proxy.";
+  const who = $("who");
+  if (identity.mode === "headers") {
+    // Each id in a span of its own (class "id"), so a narrow screen moves the whole id to the
+    // next line rather than breaking it after a hyphen, where it reads as two words.
+    who.replaceChildren(
+      "You are ",
+      element("span", identity.principal, "id"),
+      " of tenant ",
+      element("span", identity.tenant, "id"),
+      ".",
+    );
+  } else {
+    who.textContent =
+      identity.mode === "token" ? "You are signed in with your access token." : "You are signed in by the proxy.";
+  }
 }
 
 /** What is missing from the sign-in form, with the field to fix (undefined when nothing is). */
