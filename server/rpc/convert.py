@@ -70,7 +70,7 @@ def timestamp(value: datetime | None) -> Timestamp | None:
     Every block read, line origin, audit event and hit converts at least one."""
     if value is None:
         return None
-    if value.tzinfo is None:
+    if value.utcoffset() is None:  # naive (or a zone that gives no offset)
         value = value.astimezone(UTC)
     since = value - _EPOCH
     return Timestamp(seconds=since.days * 86_400 + since.seconds, nanos=since.microseconds * 1_000)
