@@ -66,7 +66,7 @@ def timestamp(value: datetime | None) -> Timestamp | None:
     """`value` as a Timestamp (a naive time is taken as local, as `astimezone` does).
 
     From its distance to the epoch: the same seconds and nanos as `Timestamp.FromDatetime`
-    (nanos in [0, 1e9) before 1970 too), at about 0.6 µs instead of 2.1 (measured in process).
+    (nanos in [0, 1e9) before 1970 too), at 0.8 µs instead of 2.1 (measured side by side).
     Every block read, line origin, audit event and hit converts at least one."""
     if value is None:
         return None
