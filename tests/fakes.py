@@ -24,6 +24,7 @@ from server.domain.model import (
     Change,
     ChunkHit,
     ChunkPlace,
+    ChunkWindows,
     ClaimedTurn,
     ConversationPurge,
     ConversationSummary,
@@ -381,7 +382,7 @@ class InMemoryChunkIndex:
         principal_id: str,
         conversation_id: str,
         places: Sequence[tuple[str, int]],
-    ) -> dict[tuple[str, int], tuple[tuple[float, ...], ...]]:
+    ) -> ChunkWindows:
         found = {}
         with self._storage.lock:
             for turn, chunk in places:

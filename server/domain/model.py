@@ -241,6 +241,10 @@ DenseContextUpdate = tuple[TurnKey, int, tuple[tuple[float, ...], ...], tuple[fl
 """A chunk's (turn, chunk index) new semantic multivector: its windows, then its context
 vector (server/domain/context.py, DenseContext)."""
 
+ChunkWindows = dict[tuple[str, int], tuple[tuple[float, ...], ...]]
+"""Chunks of one conversation by (turn id, chunk index), each with its window vectors alone
+(without a context vector): what `DenseVectors.chunk_windows` reads back."""
+
 
 @dataclass(frozen=True)
 class SearchBounds:

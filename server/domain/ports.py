@@ -13,6 +13,7 @@ from server.domain.model import (
     AuditQuery,
     Change,
     ChunkPlace,
+    ChunkWindows,
     ClaimedTurn,
     ConversationPurge,
     ConversationSummary,
@@ -190,7 +191,7 @@ class DenseVectors(Protocol):
         principal_id: str,
         conversation_id: str,
         places: Sequence[tuple[str, int]],
-    ) -> dict[tuple[str, int], tuple[tuple[float, ...], ...]]:
+    ) -> ChunkWindows:
         """The window vectors (without a context vector) of these chunks of one conversation,
         by (turn id, chunk index); a chunk not stored is left out."""
         ...

@@ -124,6 +124,7 @@ from server.domain.model import (
     EVERYONE,
     ChunkHit,
     ChunkPlace,
+    ChunkWindows,
     DenseContextUpdate,
     EncodedQuery,
     IndexedChunk,
@@ -468,7 +469,7 @@ class QdrantEdgeChunkIndex:
         principal_id: str,
         conversation_id: str,
         places: Sequence[tuple[str, int]],
-    ) -> dict[tuple[str, int], tuple[tuple[float, ...], ...]]:
+    ) -> ChunkWindows:
         """See `DenseVectors.chunk_windows`: the points by id, their dense vectors and the
         payload's window count."""
         ids = place_point_ids(tenant_id, principal_id, conversation_id, places)
